@@ -1,0 +1,60 @@
+"""PipelineConfig: the mbarrier KV ring's shape, and the barrier and arrive counts derived from it."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MBARRIER_BYTES = 8
+MAX_TX_BYTES = (1 << 20) - 1  # an mbarrier phase's transaction count is a 20-bit field
+
+
+class PipelineConfig(BaseModel):
+    """The KV ring: `num_kv_stages` slots, each split into `num_qk_stages` sub-stages.
+
+    `num_producer` / `num_consumer` count *arrivals* on the full / empty barriers: one per
+    producer warp (its elected lane) and one per consumer warp, or one per consumer thread
+    when `consumer_arrive == "thread"` (the release_all form used by the FP8 convert group).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_kv_stages: int = Field(ge=2, le=8)
+    num_qk_stages: int = Field(default=1, ge=1, le=4)
+    num_producer: int = Field(default=1, ge=1, le=8)
+    num_consumer: int = Field(default=2, ge=1, le=16)
+    consumer_arrive: Literal["warp", "thread"] = "warp"
+
+    @model_validator(mode="after")
+    def _ring_fits(self):
+        if self.num_stages > 24:
+            raise ValueError(
+                f"num_kv_stages * num_qk_stages = {self.num_kv_stages} * {self.num_qk_stages} = "
+                f"{self.num_stages} slots; at most 24 are allowed"
+            )
+        return self
+
+    @property
+    def num_stages(self) -> int:
+        return self.num_kv_stages * self.num_qk_stages
+
+    @property
+    def num_barriers(self) -> int:
+        """Full barriers first, then empty ones."""
+        return 2 * self.num_stages
+
+    @property
+    def barrier_bytes(self) -> int:
+        return self.num_barriers * MBARRIER_BYTES
+
+    @property
+    def full_arrive_count(self) -> int:
+        return self.num_producer
+
+    @property
+    def empty_arrive_count(self) -> int:
+        return self.num_consumer * (32 if self.consumer_arrive == "thread" else 1)
+
+    def name_fields(self) -> list[str]:
+        arrive = "t" if self.consumer_arrive == "thread" else ""
+        return [f"s{self.num_kv_stages}x{self.num_qk_stages}", f"p{self.num_producer}c{self.num_consumer}{arrive}"]

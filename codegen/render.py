@@ -1,0 +1,84 @@
+"""Rendering: the Jinja2 environment over templates/, variant sources and the shared headers.
+
+Output is deterministic (same config, same bytes): no timestamps, LF endings, one trailing
+newline. Templates receive the validated config and Python-computed constants only.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+
+import jinja2
+
+from .variant import Variant
+from .version import VERSION
+
+TEMPLATES_DIR = Path(str(files("kvforge.templates")))
+# Shared device headers shipped verbatim (behind a banner) into generated/include/.
+HEADER_DIRS = {"cuda": TEMPLATES_DIR / "cuda" / "include", "hip": TEMPLATES_DIR / "hip" / "include"}
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def banner(origin: str) -> str:
+    return environment().get_template("common/banner.j2").render(version=VERSION, origin=origin).rstrip("\n")
+
+
+def _normalise(text: str) -> str:
+    return text.replace("\r\n", "\n").rstrip("\n") + "\n"
+
+
+@lru_cache(maxsize=None)
+def template_hash(template: str) -> str:
+    """SHA-256 of the template file, the banner and the shared headers it includes."""
+    h = hashlib.sha256()
+    h.update((TEMPLATES_DIR / template).read_bytes())
+    h.update((TEMPLATES_DIR / "common" / "banner.j2").read_bytes())
+    h.update(header_digest(template.split("/")[0]).encode())
+    return h.hexdigest()
+
+
+def render_variant(variant: Variant) -> str:
+    tpl = environment().get_template(variant.template)
+    text = tpl.render(
+        banner=banner(f"config {variant.config_hash}"),
+        name=variant.name,
+        cfg=variant.config,
+        **variant.template_context(),
+    )
+    return _normalise(text)
+
+
+def shared_headers(language: str = "cuda") -> dict[str, str]:
+    """relpath under include/ -> header text with its banner."""
+    root = HEADER_DIRS[language]
+    out = {}
+    if not root.is_dir():
+        return out
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            body = path.read_text()
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            out[path.relative_to(root).as_posix()] = _normalise(banner(f"template {digest}") + "\n" + body)
+    return out
+
+
+@lru_cache(maxsize=None)
+def header_digest(language: str = "cuda") -> str:
+    """SHA-256 over the shared headers (names and bytes): part of every cache key."""
+    h = hashlib.sha256()
+    for rel, text in shared_headers(language).items():
+        h.update(rel.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()
