@@ -35,9 +35,9 @@ _memo: dict[str, CompiledKernel] = {}
 _memo_lock = threading.Lock()
 
 
-def compile_options(variant: Variant, debug: bool) -> list[str]:
+def compile_options(arch: str, debug: bool) -> list[str]:
     """The NVRTC options, as strings: part of the cache key."""
-    opts = [f"--gpu-architecture={variant.arch}", "-std=c++17", "--ptxas-options=-v"]
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--ptxas-options=-v"]
     if debug:
         opts.append("-DKVFORGE_DEBUG_BARRIERS")
     return opts
@@ -54,12 +54,12 @@ def cache_key(source: str, options: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _nvrtc_compile(variant: Variant, source: str, debug: bool) -> tuple[bytes, str, float]:
+def _nvrtc_compile(name: str, arch: str, source: str, debug: bool) -> tuple[bytes, str, float]:
     from cuda.core import Program, ProgramOptions
 
-    filename = f"{variant.name}.cu"
+    filename = f"{name}.cu"
     opts = ProgramOptions(
-        name=filename, arch=variant.arch, std="c++17", ptxas_options=["-v"],
+        name=filename, arch=arch, std="c++17", ptxas_options=["-v"],
         include_path=[str(HEADER_DIRS["cuda"]), *cuda_include_dirs()],
         define_macro=["KVFORGE_DEBUG_BARRIERS"] if debug else None,
     )
@@ -68,7 +68,7 @@ def _nvrtc_compile(variant: Variant, source: str, debug: bool) -> tuple[bytes, s
     try:
         obj = Program(source, "c++", options=opts).compile("cubin", logs=log)
     except Exception as err:  # NVRTCError carries the compilation log in its message
-        raise CompileError(variant.name, variant.arch, f"{err}\n{log.getvalue()}", source, filename) from None
+        raise CompileError(name, arch, f"{err}\n{log.getvalue()}", source, filename) from None
     return bytes(obj.code), log.getvalue(), time.perf_counter() - t0
 
 
@@ -80,9 +80,14 @@ def compile(variant: Variant, *, debug: bool = False, cache: KernelCache | None 
     """
     if variant.language != "cuda":
         raise CompileError(variant.name, variant.arch, "HIP variants compile through the hip backend")
+    return compile_source(variant.name, variant.arch, render_variant(variant), debug=debug, cache=cache)
+
+
+def compile_source(name: str, arch: str, source: str, *, debug: bool = False,
+                   cache: KernelCache | None = None) -> CompiledKernel:
+    """compile() for an already rendered source whose `extern "C"` kernel is `name`."""
     cache = cache or KernelCache()
-    source = render_variant(variant)
-    options = compile_options(variant, debug)
+    options = compile_options(arch, debug)
     key = cache_key(source, options)
     memo_key = f"{cache.root}:{key}"
     with _memo_lock:
@@ -90,28 +95,26 @@ def compile(variant: Variant, *, debug: bool = False, cache: KernelCache | None 
     if hit is not None:
         return hit
 
-    entry = cache.get(variant.name, key)
+    entry = cache.get(name, key)
+    cache_hit = entry is not None
     if entry is None:
         if os.environ.get("KVFORGE_DISABLE_JIT") == "1":
-            raise JITDisabledError(variant.name, variant.arch,
+            raise JITDisabledError(name, arch,
                                    f"KVFORGE_DISABLE_JIT=1 and no cache entry under {cache.root} "
                                    f"(key {key[:16]}); unset it or pre-build with `kvforge compile`")
-        with cache.lock(variant.name, key):
-            entry = cache.get(variant.name, key)  # another process may have built it meanwhile
+        with cache.lock(name, key):
+            entry = cache.get(name, key)  # another process may have built it meanwhile
+            cache_hit = entry is not None
             if entry is None:
-                cubin, log, seconds = _nvrtc_compile(variant, source, debug)
-                res = kernel_resources(cubin, variant.name, log)
-                entry = cache.put(variant.name, key, cubin, {
-                    "name": variant.name, "arch": variant.arch, "options": options,
+                cubin, log, seconds = _nvrtc_compile(name, arch, source, debug)
+                res = kernel_resources(cubin, name, log)
+                entry = cache.put(name, key, cubin, {
+                    "name": name, "arch": arch, "options": options,
                     "compile_seconds": seconds, "ptxas_log": log, "resources": res.to_json(),
                 })
-                kernel = CompiledKernel(variant.name, variant.arch, cubin, res, seconds, False, debug)
-                with _memo_lock:
-                    _memo[memo_key] = kernel
-                return kernel
     meta = entry.meta
-    kernel = CompiledKernel(variant.name, variant.arch, entry.binary, KernelResources(**meta["resources"]),
-                            meta["compile_seconds"], True, debug)
+    kernel = CompiledKernel(name, arch, entry.binary, KernelResources(**meta["resources"]),
+                            meta["compile_seconds"], cache_hit, debug)
     with _memo_lock:
         _memo[memo_key] = kernel
     return kernel

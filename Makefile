@@ -1,0 +1,43 @@
+# kvforge developer targets. `make setup` makes .venv; everything else runs inside it.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+PYTEST  := $(BIN)/python -m pytest
+KVFORGE := $(BIN)/kvforge
+
+.PHONY: setup demo generate check test test-gpu bench clean
+
+setup: $(BIN)/kvforge
+
+$(BIN)/kvforge: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[cuda,dev]"
+	@touch $@
+
+# The main job on the built-in matrix: generate, compile, and on a GPU run, check and time.
+demo: setup
+	$(KVFORGE) demo --out generated
+
+generate: setup
+	$(KVFORGE) generate --out generated
+
+# generated/ is fresh, every variant compiles with NVRTC, and the vendorable sources with nvcc.
+check: setup
+	$(KVFORGE) generate --check --out generated
+	$(KVFORGE) compile
+	$(BIN)/python -m kvforge.runtime.vendor_check generated
+
+test: setup
+	$(PYTEST) -q
+
+# On a GPU machine: the gpu-marked tests only, with barrier waits bounded (debug builds trap).
+test-gpu: setup
+	$(PYTEST) -q -m gpu --timeout=300
+
+bench: setup
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	-$(KVFORGE) cache clear 2>/dev/null

@@ -1,0 +1,92 @@
+"""Loading cubins and launching kernels through cuda.core, with the max-dynamic-SMEM attribute
+raised once per loaded kernel."""
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+
+from .compiler import CompiledKernel
+from .device import device
+
+
+class LaunchError(RuntimeError):
+    """A CUDA driver call around a launch failed; the message names the call and the kernel."""
+
+
+def _check(result, what: str):
+    from cuda.bindings import driver
+
+    err = result[0] if isinstance(result, tuple) else result
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, text = driver.cuGetErrorString(err)
+        raise LaunchError(f"{what} failed: {err.name} ({text.decode() if text else ''})")
+    return result[1:] if isinstance(result, tuple) and len(result) > 1 else None
+
+
+def _set_max_dynamic_smem(kernel, nbytes: int, device_id: int, name: str) -> None:
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    handle = kernel.handle
+    if isinstance(handle, driver.CUkernel):
+        (dev,) = _check(driver.cuDeviceGet(device_id), "cuDeviceGet")
+        _check(driver.cuKernelSetAttribute(attr, nbytes, handle, dev), f"cuKernelSetAttribute({name})")
+    else:
+        _check(driver.cuFuncSetAttribute(handle, attr, nbytes), f"cuFuncSetAttribute({name})")
+
+
+@dataclass
+class LoadedKernel:
+    name: str
+    kernel: object  # cuda.core Kernel
+    max_dynamic_smem: int
+    device_id: int
+
+    def launch(self, grid, block, smem: int, stream, *args) -> None:
+        from cuda.core import LaunchConfig, launch
+
+        if smem > self.max_dynamic_smem:
+            raise LaunchError(f"{self.name}: {smem} B of dynamic shared memory requested, "
+                              f"the kernel was loaded for at most {self.max_dynamic_smem} B")
+        launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), self.kernel, *args)
+
+
+_loaded: dict[tuple, LoadedKernel] = {}
+_lock = threading.Lock()
+
+
+def load(compiled: CompiledKernel, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
+    """The kernel loaded on `device_id` with its dynamic-SMEM limit raised (once per kernel)."""
+    from cuda.core import ObjectCode
+
+    key = (compiled.name, hashlib.sha256(compiled.cubin).hexdigest(), device_id)
+    with _lock:
+        hit = _loaded.get(key)
+        if hit is not None and hit.max_dynamic_smem >= dynamic_smem:
+            return hit
+        device(device_id)
+        kernel = ObjectCode.from_cubin(compiled.cubin, name=compiled.name).get_kernel(compiled.name)
+        if dynamic_smem > 48 * 1024:
+            _set_max_dynamic_smem(kernel, dynamic_smem, device_id, compiled.name)
+        loaded = LoadedKernel(compiled.name, kernel, dynamic_smem, device_id)
+        _loaded[key] = loaded
+        return loaded
+
+
+def resolve_stream(stream, device_id: int = 0):
+    """A cuda.core Stream for `stream`: None (the device's default stream), a cuda.core Stream,
+    anything with `__cuda_stream__` (torch.cuda.Stream, cupy), or a raw handle as an int."""
+    from cuda.core import Stream
+
+    dev = device(device_id)
+    if stream is None:
+        return dev.default_stream
+    if isinstance(stream, Stream):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return dev.create_stream(stream)
+    if isinstance(stream, int):
+        return Stream.from_handle(stream)
+    raise TypeError(f"stream: expected None, a cuda.core Stream, an object with __cuda_stream__ or an "
+                    f"int handle, got {type(stream).__name__}")
