@@ -26,7 +26,7 @@ generate: setup
 check: setup
 	$(KVFORGE) generate --check --out generated
 	$(KVFORGE) compile
-	$(BIN)/python -m kvforge.runtime.vendor_check generated
+	$(BIN)/python -m kvforge.codegen.vendor_check generated
 
 test: setup
 	$(PYTEST) -q

@@ -36,7 +36,7 @@ def cmd_generate(args) -> int:
         diff = check_tree(files, out)
         if diff:
             sys.stdout.write(diff)
-            console.print(f"[red]{out} is stale[/]: run `kvforge generate --out {out}`", highlight=False)
+            console.print(f"{out} is stale: run `kvforge generate --out {out}`", style="red", markup=False)
             return 1
         console.print(f"{out} is fresh ({len(variants)} variants, {len(files)} files)")
         return 0
@@ -85,7 +85,7 @@ def cmd_compile(args) -> int:
                       str(by_name[name].launch.dynamic_smem_bytes))
     console.print(table)
     for name, err in failures:
-        console.print(f"[red]FAILED[/] {name}:\n{err}", highlight=False)
+        console.print(f"FAILED {name}:\n{err}", style="red", markup=False, highlight=False)
     return 1 if failures else 0
 
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as err:
-        console.print(f"[red]config error[/]: {err}", highlight=False)
+        console.print(f"config error: {err}", style="red", markup=False, highlight=False)
         return 2
 
 

@@ -17,6 +17,8 @@ def describe_validation_error(model: str, err: ValidationError) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if loc and "input" in e and not isinstance(e["input"], dict):
             lines.append(f"{where}={e['input']!r}: {msg}")
+        elif msg.startswith(model):  # a model-level check that already names its field
+            lines.append(msg)
         else:
             lines.append(f"{where}: {msg}")
     return "\n".join(lines)

@@ -11,6 +11,14 @@
 // KVFORGE_BARRIER_TIMEOUT_CYCLES prints the barrier, slot and phase, then traps.
 #pragma once
 
+// sm_90 features (expect-tx, try_wait, bulk copies). nvcc's host pass parses kernel bodies too, so
+// it must see the declarations; only device passes for older arches leave them out.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define KVFORGE_HAS_TMA 1
+#else
+#define KVFORGE_HAS_TMA 0
+#endif
+
 namespace kvforge {
 
 using u32 = unsigned int;
@@ -45,7 +53,7 @@ struct MBarrier {
     return state;
   }
 
-#if __CUDA_ARCH__ >= 900
+#if KVFORGE_HAS_TMA
   static __device__ __forceinline__ void arrive_expect_tx(u64* bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
@@ -87,7 +95,7 @@ struct MBarrier {
 };
 
 // ---- bulk copy global -> shared completing on an mbarrier (sm_90+) ------------------------
-#if __CUDA_ARCH__ >= 900
+#if KVFORGE_HAS_TMA
 __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, u32 bytes, u64* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
@@ -153,7 +161,7 @@ struct PipelineProducer {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) MBarrier::arrive(ring.full(slot(sub)));
   }
-#if __CUDA_ARCH__ >= 900
+#if KVFORGE_HAS_TMA
   // Bulk fill, called by one thread: arrive once announcing `bytes` of transactions, then the
   // copies issued against the returned barrier complete the phase.
   __device__ __forceinline__ u64* producer_commit_expect_tx(u32 bytes, int sub = 0) const {

@@ -1,0 +1,185 @@
+"""DecodeConfig: one decode-attention kernel variant (MLA or GQA), and its derived layout.
+
+Every number the kernel needs (SMEM offsets, arrive counts, warp roles, register budget) is
+computed here once and validated against the target arch; a config that cannot work is rejected
+with the field, its value and what would be allowed.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .arch import BACKEND_ARCHS, ArchName, arch_spec
+from .kv_buffer import KVBufferConfig
+from .pipeline import MBARRIER_BYTES, PipelineConfig
+from .smem import SmemLayout, SmemLayoutBuilder
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1}
+MLA_DIMS = (576, 512)
+GQA_HEAD_DIMS = (64, 128, 256)
+MMA_M = 16
+MAX_ACC_REGS = 128  # fp32 output accumulator registers per consumer thread we allow
+
+
+class DecodeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: Literal["mla_decode", "gqa_decode"]
+    backend: Literal["sm80", "sm90", "sm100", "cdna"]
+    arch: ArchName
+    head_dim_qk: int
+    head_dim_v: int
+    heads_per_cta: int = Field(ge=1, le=128, description="query heads (of one KV head) per CTA")
+    page_size: Literal[16, 32, 64, 128]
+    block_n: Literal[16, 32, 64, 128] = Field(description="keys per KV tile")
+    q_dtype: Literal["bf16", "fp16"] = "bf16"
+    kv_dtype: Literal["bf16", "fp16", "fp8_e4m3"] = "bf16"
+    scale_mode: Literal["none", "per_tensor", "per_token_block"] = "none"
+    scale_block_size: Literal[64, 128] | None = None
+    max_s_q: int = Field(default=1, ge=1, le=8)
+    num_consumer_warps: int = Field(default=4, ge=1, le=16)
+    pipeline: PipelineConfig | None = None
+    kv_buffers: tuple[KVBufferConfig, KVBufferConfig] | None = None
+
+    @model_validator(mode="after")
+    def _validate(self):
+        where = "DecodeConfig"
+        spec = arch_spec(self.arch)
+        if self.arch not in BACKEND_ARCHS[self.backend]:
+            raise ValueError(f"{where}.arch={self.arch!r}: backend {self.backend!r} targets "
+                             f"{', '.join(BACKEND_ARCHS[self.backend])}")
+        if self.family == "mla_decode" and (self.head_dim_qk, self.head_dim_v) != MLA_DIMS:
+            raise ValueError(f"{where}.head_dim_qk/head_dim_v={self.head_dim_qk}/{self.head_dim_v}: MLA decode "
+                             "uses 576 (512 latent + 64 rope) / 512")
+        if self.family == "gqa_decode":
+            if self.head_dim_qk not in GQA_HEAD_DIMS:
+                raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: GQA decode supports 64, 128, 256")
+            if self.head_dim_v != self.head_dim_qk:
+                raise ValueError(f"{where}.head_dim_v={self.head_dim_v}: GQA needs head_dim_v == head_dim_qk "
+                                 f"({self.head_dim_qk})")
+            if self.heads_per_cta not in (1, 2, 4, 8, 16):
+                raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: GQA packs one KV head's query "
+                                 "group per CTA: 1, 2, 4, 8 or 16")
+        if self.kv_dtype == "fp8_e4m3":
+            if self.scale_mode == "none":
+                raise ValueError(f"{where}.scale_mode='none': fp8_e4m3 KV needs 'per_tensor' or 'per_token_block'")
+        elif self.scale_mode != "none":
+            raise ValueError(f"{where}.scale_mode={self.scale_mode!r}: scales apply to fp8_e4m3 KV only; "
+                             f"use 'none' for kv_dtype={self.kv_dtype!r}")
+        elif self.kv_dtype != self.q_dtype:
+            raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: a 16-bit KV cache must match "
+                             f"q_dtype={self.q_dtype!r} (the MMA takes one input type)")
+        if (self.scale_mode == "per_token_block") != (self.scale_block_size is not None):
+            raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: required (64 or 128) exactly "
+                             "when scale_mode='per_token_block'")
+        if self.scale_block_size and self.head_dim_v % self.scale_block_size:
+            raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: must divide head_dim_v="
+                             f"{self.head_dim_v}")
+        if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > 128:
+            raise ValueError(f"{where}.max_s_q={self.max_s_q}: heads_per_cta * max_s_q = "
+                             f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most 128")
+        if self.backend == "cdna":
+            if self.pipeline is not None:
+                raise ValueError(f"{where}.pipeline: the cdna backend stages KV through registers; "
+                                 "set kv_buffers, not pipeline")
+            if self.kv_buffers is None:
+                raise ValueError(f"{where}.kv_buffers: required for backend 'cdna' (a K and a V KVBufferConfig)")
+            k, v = self.kv_buffers
+            if (k.role, v.role) != ("K", "V") or k.depth != self.head_dim_qk or v.depth != self.head_dim_v:
+                raise ValueError(f"{where}.kv_buffers: expected (K with depth {self.head_dim_qk}, "
+                                 f"V with depth {self.head_dim_v}), got ({k.role} {k.depth}, {v.role} {v.depth})")
+            if k.BN != self.block_n or v.BN != self.block_n:
+                raise ValueError(f"{where}.kv_buffers: BN must equal block_n={self.block_n}")
+        else:
+            if self.pipeline is None:
+                raise ValueError(f"{where}.pipeline: required for backend {self.backend!r}")
+            if self.kv_buffers is not None:
+                raise ValueError(f"{where}.kv_buffers: only the cdna backend uses KVBufferConfig")
+            if self.head_dim_qk % (16 * self.pipeline.num_qk_stages):
+                raise ValueError(f"{where}.pipeline.num_qk_stages={self.pipeline.num_qk_stages}: must split "
+                                 f"head_dim_qk={self.head_dim_qk} into multiples of 16")
+            if self.kv_dtype == "fp8_e4m3" and self.backend == "sm80":
+                raise ValueError(f"{where}.kv_dtype='fp8_e4m3': the sm80 backend reads bf16/fp16 KV; "
+                                 "fp8 KV needs backend 'sm90'")
+        if self.threads > spec.max_threads_per_block:
+            raise ValueError(f"{where}.num_consumer_warps={self.num_consumer_warps}: {self.threads} threads per "
+                             f"block; {self.arch} allows {spec.max_threads_per_block}")
+        if self.acc_regs_per_thread > MAX_ACC_REGS:
+            raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: the output accumulator needs "
+                             f"{self.acc_regs_per_thread} fp32 registers per consumer thread (max {MAX_ACC_REGS}); "
+                             "use fewer heads per CTA or more consumer warps")
+        need = self.layout.total_bytes
+        if need > spec.max_smem_per_block:
+            raise ValueError(f"{where}.pipeline.num_kv_stages={self.num_kv_stages}: needs {need} B of shared "
+                             f"memory but {self.arch} allows {spec.max_smem_per_block} B per block "
+                             f"({self.layout.describe()}); use fewer stages or a smaller block_n")
+        return self
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def num_kv_stages(self) -> int:
+        return self.pipeline.num_kv_stages if self.pipeline else 2
+
+    @property
+    def q_rows(self) -> int:
+        """Query rows a CTA holds (heads x s_q), padded to the MMA's M."""
+        rows = self.heads_per_cta * self.max_s_q
+        return -(-rows // MMA_M) * MMA_M
+
+    @property
+    def kv_row_bytes(self) -> int:
+        """Bytes of one token in a KV slot (MLA: the 576-wide row; GQA: K row + V row)."""
+        width = self.head_dim_qk if self.family == "mla_decode" else 2 * self.head_dim_qk
+        return width * DTYPE_BYTES[self.kv_dtype]
+
+    @property
+    def threads(self) -> int:
+        if self.backend == "cdna":
+            return self.kv_buffers[0].num_threads
+        producers = self.pipeline.num_producer
+        convert = 4 if self.kv_dtype == "fp8_e4m3" else 0
+        return 32 * (producers + convert + self.num_consumer_warps)
+
+    @property
+    def acc_regs_per_thread(self) -> int:
+        consumer_threads = 64 * (self.threads // 64) if self.backend == "cdna" else 32 * self.num_consumer_warps
+        return self.q_rows * self.head_dim_v // consumer_threads
+
+    @cached_property
+    def layout(self) -> SmemLayout:
+        b = SmemLayoutBuilder()
+        if self.backend == "cdna":
+            k, v = self.kv_buffers
+            b.add("q", self.q_rows * self.head_dim_qk * 2)
+            b.add("k_tiles", k.lds_bytes)
+            b.add("v_tiles", v.lds_bytes if self.family == "gqa_decode" else 0)
+            b.add("p_tile", self.q_rows * self.block_n * 2)
+            b.add("softmax", self.q_rows * 4 * 2, align=16)
+            return b.build()
+        p = self.pipeline
+        b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
+        b.add("q", self.q_rows * self.head_dim_qk * DTYPE_BYTES[self.q_dtype])
+        b.add("kv_stages", p.num_kv_stages * self.block_n * self.kv_row_bytes)
+        if self.kv_dtype == "fp8_e4m3":
+            width = self.head_dim_qk if self.family == "mla_decode" else 2 * self.head_dim_qk
+            b.add("kv_converted", p.num_kv_stages * self.block_n * width * 2)
+            if self.scale_mode == "per_token_block":
+                b.add("kv_scales", p.num_kv_stages * self.block_n * (self.head_dim_v // self.scale_block_size) * 4,
+                      align=16)
+        b.add("p_tile", self.q_rows * self.block_n * 2)
+        b.add("softmax", self.q_rows * 4 * 2, align=16)
+        return b.build()
+
+    def name_fields(self) -> list[str]:
+        fields = [self.family, self.backend, f"h{self.heads_per_cta}", f"p{self.page_size}", f"n{self.block_n}",
+                  f"q{self.q_dtype}", f"kv{self.kv_dtype.replace('_e4m3', '')}"]
+        if self.scale_mode == "per_token_block":
+            fields.append(f"sb{self.scale_block_size}")
+        if self.family == "gqa_decode":
+            fields.append(f"d{self.head_dim_qk}")
+        fields.append(f"sq{self.max_s_q}")
+        if self.pipeline:
+            fields.extend(self.pipeline.name_fields())
+        return fields

@@ -1,0 +1,125 @@
+"""Config models reject what cannot work, naming the field, the value and what is allowed."""
+from __future__ import annotations
+
+import pytest
+
+from kvforge.codegen.decode import DecodeConfig
+from kvforge.codegen.errors import ConfigError, build
+from kvforge.codegen.kv_buffer import KVBufferConfig
+from kvforge.codegen.pipeline import PipelineConfig
+from kvforge.codegen.selftest import PipelineSelfTestConfig
+from kvforge.codegen.variant import variant_from_dict
+
+PIPE = {"num_kv_stages": 2}
+MLA = dict(family="mla_decode", backend="sm80", arch="sm_90", head_dim_qk=576, head_dim_v=512, heads_per_cta=16,
+           page_size=64, block_n=32, pipeline=PIPE, num_consumer_warps=4)
+GQA = dict(family="gqa_decode", backend="sm80", arch="sm_90", head_dim_qk=128, head_dim_v=128, heads_per_cta=8,
+           page_size=16, block_n=64, pipeline=PIPE)
+KBUF = dict(role="K", BN=32, WN=32, BK=16, depth=128, num_threads=256)
+VBUF = dict(KBUF, role="V")
+CDNA = dict(GQA, backend="cdna", arch="gfx942", pipeline=None, kv_buffers=(KBUF, VBUF), block_n=32)
+SELF = dict(arch="sm_90", fill="arrive", slot_bytes=8192, pipeline={"num_kv_stages": 3})
+
+INVALID = [
+    # (model, data, substrings the message must contain)
+    (PipelineConfig, {"num_kv_stages": 1}, ["num_kv_stages=1", "greater than or equal to 2"]),
+    (PipelineConfig, {"num_kv_stages": 9}, ["num_kv_stages=9", "less than or equal to 8"]),
+    (PipelineConfig, {"num_kv_stages": 2, "num_qk_stages": 0}, ["num_qk_stages=0", "greater than or equal to 1"]),
+    (PipelineConfig, {"num_kv_stages": 8, "num_qk_stages": 4}, ["8 * 4 = 32 slots", "at most 24"]),
+    (PipelineConfig, {"num_kv_stages": 2, "num_producer": 0}, ["num_producer=0"]),
+    (PipelineConfig, {"num_kv_stages": 2, "consumer_arrive": "lane"}, ["consumer_arrive='lane'", "'warp' or 'thread'"]),
+    (PipelineConfig, {"num_kv_stages": 2, "stages": 3}, ["PipelineConfig.stages", "Extra inputs are not permitted"]),
+    (PipelineSelfTestConfig, dict(SELF, arch="sm_80", fill="expect_tx"), ["fill='expect_tx'", "sm_90 or newer", "fill='arrive'"]),
+    (PipelineSelfTestConfig, dict(SELF, arch="gfx942"), ["arch='gfx942'", "CUDA only"]),
+    (PipelineSelfTestConfig, dict(SELF, arch="sm_75"), ["arch='sm_75'", "'sm_80'"]),
+    (PipelineSelfTestConfig, dict(SELF, slot_bytes=8200), ["slot_bytes=8200", "multiple of 16"]),
+    (PipelineSelfTestConfig, dict(SELF, slot_bytes=1536, pipeline={"num_kv_stages": 2, "num_consumer": 5}),
+     ["slot_bytes=1536", "num_consumer=5", "multiple of 80"]),
+    (PipelineSelfTestConfig, dict(SELF, slot_bytes=65536, pipeline={"num_kv_stages": 4}),
+     ["num_kv_stages=4", "232448 B", "at most 3 stages"]),
+    (PipelineSelfTestConfig, dict(SELF, arch="sm_86", slot_bytes=32768, pipeline={"num_kv_stages": 4}),
+     ["sm_86 allows 101376 B"]),
+    (PipelineSelfTestConfig, dict(SELF, slot_bytes=131072), ["slot_bytes=131072", "less than or equal to 65536"]),
+    (DecodeConfig, dict(MLA, head_dim_qk=512), ["head_dim_qk/head_dim_v=512/512", "576"]),
+    (DecodeConfig, dict(GQA, head_dim_qk=96, head_dim_v=96), ["head_dim_qk=96", "64, 128, 256"]),
+    (DecodeConfig, dict(GQA, head_dim_v=64), ["head_dim_v=64", "head_dim_v == head_dim_qk"]),
+    (DecodeConfig, dict(GQA, heads_per_cta=3), ["heads_per_cta=3", "1, 2, 4, 8 or 16"]),
+    (DecodeConfig, dict(MLA, page_size=48), ["page_size=48", "16, 32, 64 or 128"]),
+    (DecodeConfig, dict(MLA, block_n=24), ["block_n=24"]),
+    (DecodeConfig, dict(MLA, arch="sm_90a"), ["arch='sm_90a'", "backend 'sm80' targets"]),
+    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90"), ["arch='sm_90'", "sm_90a"]),
+    (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3"), ["scale_mode='none'", "per_tensor"]),
+    (DecodeConfig, dict(MLA, scale_mode="per_tensor"), ["scale_mode='per_tensor'", "fp8_e4m3 KV only"]),
+    (DecodeConfig, dict(MLA, kv_dtype="fp16"), ["kv_dtype='fp16'", "q_dtype='bf16'"]),
+    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3", scale_mode="per_token_block"),
+     ["scale_block_size=None", "per_token_block"]),
+    (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3", scale_mode="per_tensor"), ["kv_dtype='fp8_e4m3'", "sm90"]),
+    (DecodeConfig, dict(MLA, max_s_q=9), ["max_s_q=9", "less than or equal to 8"]),
+    (DecodeConfig, dict(MLA, heads_per_cta=64, max_s_q=4), ["max_s_q=4", "256 query rows", "at most 128"]),
+    (DecodeConfig, dict(MLA, heads_per_cta=128, num_consumer_warps=4), ["heads_per_cta=128", "512 fp32 registers"]),
+    (DecodeConfig, dict(MLA, pipeline=None), ["pipeline", "required for backend 'sm80'"]),
+    (DecodeConfig, dict(GQA, head_dim_qk=64, head_dim_v=64, pipeline={"num_kv_stages": 2, "num_qk_stages": 3}),
+     ["num_qk_stages=3", "head_dim_qk=64", "multiples of 16"]),
+    (DecodeConfig, dict(MLA, block_n=128, pipeline={"num_kv_stages": 4}),
+     ["num_kv_stages=4", "232448 B", "kv_stages"]),
+    (DecodeConfig, dict(MLA, arch="sm_86", pipeline={"num_kv_stages": 3}), ["sm_86 allows 101376 B"]),
+    (DecodeConfig, dict(MLA, num_consumer_warps=32), ["num_consumer_warps=32", "less than or equal to 16"]),
+    (DecodeConfig, dict(CDNA, pipeline=PIPE), ["pipeline", "set kv_buffers"]),
+    (DecodeConfig, dict(CDNA, kv_buffers=None), ["kv_buffers", "required for backend 'cdna'"]),
+    (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
+    (DecodeConfig, dict(GQA, kv_buffers=(KBUF, VBUF)), ["kv_buffers", "only the cdna backend"]),
+    (DecodeConfig, dict(MLA, softmax="exp2"), ["DecodeConfig.softmax", "Extra inputs"]),
+    (KVBufferConfig, dict(KBUF, WN=24), ["WN=24", "must divide BN=32"]),
+    (KVBufferConfig, dict(KBUF, num_threads=96), ["num_threads=96", "multiple of the wavefront"]),
+    (KVBufferConfig, dict(KBUF, BK=12), ["BK=12", "MFMA 16x16x16 K=16"]),
+    (KVBufferConfig, dict(KBUF, depth=100), ["depth=100", "64, 128, 256"]),
+    (KVBufferConfig, dict(KBUF, mfma="32x32x8", WN=16, BN=32), ["WN=16", "N=32"]),
+    (KVBufferConfig, dict(KBUF, depth=576, BN=64, num_threads=64), ["num_threads=64", "72 threads"]),
+    (KVBufferConfig, dict(KBUF, depth=512, BN=256, WN=256, num_threads=256), ["BN=256", "LDS"]),
+    (KVBufferConfig, dict(KBUF, depth=256, BN=64, WN=64, num_threads=64, num_stages=2), ["num_stages=2", "VGPRs"]),
+]
+
+
+@pytest.mark.parametrize("model,data,needles", INVALID, ids=[f"{m.__name__}-{i}" for i, (m, _, _) in enumerate(INVALID)])
+def test_invalid_config_is_rejected_with_a_message_naming_the_field(model, data, needles):
+    with pytest.raises(ConfigError) as exc:
+        build(model, data)
+    msg = str(exc.value)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in: {msg}"
+
+
+def test_there_are_at_least_25_distinct_rejections():
+    assert len({(m.__name__, repr(sorted(d.items(), key=str))) for m, d, _ in INVALID}) >= 25
+
+
+@pytest.mark.parametrize("data", [MLA, GQA, CDNA, dict(MLA, heads_per_cta=64, num_consumer_warps=8),
+                                  dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3",
+                                       scale_mode="per_token_block", scale_block_size=128)])
+def test_valid_decode_configs_are_accepted_and_fit_their_arch(data):
+    from kvforge.codegen.arch import arch_spec
+
+    cfg = build(DecodeConfig, data)
+    assert 0 < cfg.layout.total_bytes <= arch_spec(cfg.arch).max_smem_per_block
+    offsets = [r.offset for r in cfg.layout.regions]
+    assert offsets == sorted(offsets)
+    for a, b in zip(cfg.layout.regions, cfg.layout.regions[1:]):
+        assert a.offset + a.size <= b.offset, "regions overlap"
+
+
+def test_configs_are_frozen():
+    cfg = build(PipelineConfig, {"num_kv_stages": 3})
+    with pytest.raises(Exception):
+        cfg.num_kv_stages = 4
+
+
+def test_derived_counts_follow_the_design():
+    p = build(PipelineConfig, {"num_kv_stages": 3, "num_qk_stages": 2, "num_producer": 1, "num_consumer": 2})
+    assert (p.num_stages, p.num_barriers, p.full_arrive_count, p.empty_arrive_count) == (6, 12, 1, 2)
+    t = build(PipelineConfig, {"num_kv_stages": 2, "num_consumer": 4, "consumer_arrive": "thread"})
+    assert t.empty_arrive_count == 128
+
+
+def test_matrix_entry_errors_name_the_kind():
+    with pytest.raises(ConfigError, match=r"pipeline_selftest\.pipeline\.num_kv_stages=1"):
+        variant_from_dict({"kind": "pipeline_selftest", "pipeline": {"num_kv_stages": 1}})
