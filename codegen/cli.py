@@ -82,7 +82,7 @@ def cmd_compile(args) -> int:
         _, arch, seconds, hit, res = results[name]
         table.add_row(name, arch, f"{seconds:.2f}" + (" (cached)" if hit else ""), str(res.registers),
                       f"{res.spill_store_bytes}/{res.spill_load_bytes}", str(res.static_smem_bytes),
-                      str(by_name[name].launch.dynamic_smem_bytes))
+                      str(by_name[name].main_kernel.dynamic_smem_bytes))
     console.print(table)
     for name, err in failures:
         console.print(f"FAILED {name}:\n{err}", style="red", markup=False, highlight=False)

@@ -21,6 +21,7 @@ MLA_DIMS = (576, 512)
 GQA_HEAD_DIMS = (64, 128, 256)
 MMA_M = 16
 MAX_ACC_REGS = 128  # fp32 output accumulator registers per consumer thread we allow
+ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
 
 
 class DecodeConfig(BaseModel):
@@ -39,7 +40,6 @@ class DecodeConfig(BaseModel):
     scale_mode: Literal["none", "per_tensor", "per_token_block"] = "none"
     scale_block_size: Literal[64, 128] | None = None
     max_s_q: int = Field(default=1, ge=1, le=8)
-    num_consumer_warps: int = Field(default=4, ge=1, le=16)
     pipeline: PipelineConfig | None = None
     kv_buffers: tuple[KVBufferConfig, KVBufferConfig] | None = None
 
@@ -103,8 +103,10 @@ class DecodeConfig(BaseModel):
             if self.kv_dtype == "fp8_e4m3" and self.backend == "sm80":
                 raise ValueError(f"{where}.kv_dtype='fp8_e4m3': the sm80 backend reads bf16/fp16 KV; "
                                  "fp8 KV needs backend 'sm90'")
+            if self.backend == "sm80":
+                self._validate_sm80_warps(where)
         if self.threads > spec.max_threads_per_block:
-            raise ValueError(f"{where}.num_consumer_warps={self.num_consumer_warps}: {self.threads} threads per "
+            raise ValueError(f"{where}.pipeline.num_consumer={self.num_consumer_warps}: {self.threads} threads per "
                              f"block; {self.arch} allows {spec.max_threads_per_block}")
         if self.acc_regs_per_thread > MAX_ACC_REGS:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: the output accumulator needs "
@@ -117,10 +119,84 @@ class DecodeConfig(BaseModel):
                              f"({self.layout.describe()}); use fewer stages or a smaller block_n")
         return self
 
+    def _validate_sm80_warps(self, where: str) -> None:
+        p = self.pipeline
+        if p.num_qk_stages != 1 or p.num_producer != 1 or p.consumer_arrive != "warp":
+            raise ValueError(f"{where}.pipeline: the sm80 kernel uses one cp.async producer warp, "
+                             "num_qk_stages=1 and per-warp consumer release; got "
+                             f"num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}, "
+                             f"consumer_arrive={p.consumer_arrive!r}")
+        rg = self.q_rows // MMA_M
+        if p.num_consumer % rg:
+            raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: consumer warps split into "
+                             f"{rg} row groups of 16 query rows (heads_per_cta * max_s_q = "
+                             f"{self.heads_per_cta * self.max_s_q}); use a multiple of {rg}")
+        cg = p.num_consumer // rg
+        if self.block_n % (16 * cg):
+            raise ValueError(f"{where}.block_n={self.block_n}: {cg} column-group warps each take a multiple "
+                             f"of 16 keys; use a multiple of {16 * cg}")
+        if self.head_dim_v % (16 * cg):
+            raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: {cg} column groups must split "
+                             f"head_dim_v={self.head_dim_v} into multiples of 16")
+
     # ---- derived -----------------------------------------------------------------------------
     @property
     def num_kv_stages(self) -> int:
         return self.pipeline.num_kv_stages if self.pipeline else 2
+
+    @property
+    def num_consumer_warps(self) -> int:
+        return self.pipeline.num_consumer if self.pipeline else self.kv_buffers[0].num_threads // 64
+
+    @property
+    def row_groups(self) -> int:
+        """Consumer warps per column group: each owns 16 query rows."""
+        return self.q_rows // MMA_M
+
+    @property
+    def col_groups(self) -> int:
+        """Warps sharing one row group: they split the tile's keys (QK) and V's columns (PV)."""
+        return max(1, self.num_consumer_warps // self.row_groups)
+
+    @property
+    def keys_per_warp(self) -> int:
+        return self.block_n // self.col_groups
+
+    @property
+    def cols_per_warp(self) -> int:
+        return self.head_dim_v // self.col_groups
+
+    @property
+    def q_row_stride(self) -> int:
+        """Bytes per Q row in SMEM, padded by 16 B so ldmatrix's 8 rows hit distinct banks."""
+        return self.head_dim_qk * DTYPE_BYTES[self.q_dtype] + ROW_PAD
+
+    @property
+    def kv_row_stride(self) -> int:
+        return self.head_dim_qk * 2 + ROW_PAD
+
+    @property
+    def p_row_stride(self) -> int:
+        return self.block_n * 2 + ROW_PAD
+
+    @property
+    def v_offset_in_stage(self) -> int:
+        """MLA's V is the first 512 columns of the K rows; GQA's V tile follows the K tile."""
+        return 0 if self.family == "mla_decode" else self.block_n * self.kv_row_stride
+
+    @property
+    def stage_bytes(self) -> int:
+        tiles = 1 if self.family == "mla_decode" else 2
+        return tiles * self.block_n * self.kv_row_stride
+
+    @property
+    def full_arrivals(self) -> int:
+        """sm80: every producer lane arrives through cp.async.mbarrier.arrive.noinc."""
+        return 32 * self.pipeline.num_producer if self.backend == "sm80" else self.pipeline.full_arrive_count
+
+    @property
+    def empty_arrivals(self) -> int:
+        return self.pipeline.empty_arrive_count
 
     @property
     def q_rows(self) -> int:
@@ -140,7 +216,7 @@ class DecodeConfig(BaseModel):
             return self.kv_buffers[0].num_threads
         producers = self.pipeline.num_producer
         convert = 4 if self.kv_dtype == "fp8_e4m3" else 0
-        return 32 * (producers + convert + self.num_consumer_warps)
+        return 32 * (producers + convert + self.pipeline.num_consumer)
 
     @property
     def acc_regs_per_thread(self) -> int:
@@ -160,16 +236,17 @@ class DecodeConfig(BaseModel):
             return b.build()
         p = self.pipeline
         b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
-        b.add("q", self.q_rows * self.head_dim_qk * DTYPE_BYTES[self.q_dtype])
-        b.add("kv_stages", p.num_kv_stages * self.block_n * self.kv_row_bytes)
+        b.add("q", self.q_rows * self.q_row_stride)
+        b.add("kv_stages", p.num_kv_stages * self.stage_bytes)
         if self.kv_dtype == "fp8_e4m3":
             width = self.head_dim_qk if self.family == "mla_decode" else 2 * self.head_dim_qk
             b.add("kv_converted", p.num_kv_stages * self.block_n * width * 2)
             if self.scale_mode == "per_token_block":
                 b.add("kv_scales", p.num_kv_stages * self.block_n * (self.head_dim_v // self.scale_block_size) * 4,
                       align=16)
-        b.add("p_tile", self.q_rows * self.block_n * 2)
-        b.add("softmax", self.q_rows * 4 * 2, align=16)
+        b.add("p_tile", self.q_rows * self.p_row_stride)
+        b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
+        b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
         return b.build()
 
     def name_fields(self) -> list[str]:

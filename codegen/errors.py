@@ -8,11 +8,13 @@ class ConfigError(ValueError):
     """A config that cannot work; the message names the field, its value and what is allowed."""
 
 
-def describe_validation_error(model: str, err: ValidationError) -> str:
-    """One line per problem: `Model.field=value: what is wrong and what is allowed`."""
+def describe_validation_error(model: str, err: ValidationError, skip_tags: tuple[str, ...] = ()) -> str:
+    """One line per problem: `Model.field=value: what is wrong and what is allowed`.
+
+    `skip_tags` are tagged-union member names pydantic puts in front of the field path."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+        loc = ".".join(str(p) for p in e["loc"] if p not in skip_tags)
         where = f"{model}.{loc}" if loc else model
         msg = e["msg"].removeprefix("Value error, ")
         if loc and "input" in e and not isinstance(e["input"], dict):

@@ -37,7 +37,7 @@ def render_tree(variants: list[Variant]) -> dict[str, str]:
             "template_hash": template_hash(v.template),
             "generator_version": VERSION,
             "files": {v.relpath: _sha(src)},
-            "launch": v.launch.to_json(),
+            "kernels": [k.to_json() for k in v.kernels],
         })
     headers = {rel: _sha(text) for rel, text in files.items() if rel.startswith("include/")}
     manifest = {"generator_version": VERSION, "headers": headers, "variants": entries}

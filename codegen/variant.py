@@ -1,16 +1,31 @@
 """Variant: one config plus everything derived from it that the emitters and the runtime share
-(name, template, output path, launch contract)."""
+(name, template, output path, template context, the kernels' launch contracts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from pydantic import TypeAdapter
+from typing import Annotated, Union
 
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+
+from .decode import DecodeConfig
+from .errors import ConfigError, describe_validation_error
 from .naming import config_hash, variant_name
 from .selftest import PipelineSelfTestConfig
 
-# Every config kind that has a template. Decode families join when their kernels land.
-AnyConfig = PipelineSelfTestConfig
+C_TYPES = {"bf16": "__nv_bfloat16", "fp16": "__half"}
+
+
+def _kind(data) -> str:
+    if isinstance(data, dict):
+        return "selftest" if data.get("kind") == "pipeline_selftest" else "decode"
+    return "selftest" if isinstance(data, PipelineSelfTestConfig) else "decode"
+
+
+AnyConfig = Annotated[
+    Union[Annotated[PipelineSelfTestConfig, Tag("selftest")], Annotated[DecodeConfig, Tag("decode")]],
+    Discriminator(_kind),
+]
 CONFIG_ADAPTER = TypeAdapter(AnyConfig)
 
 
@@ -21,10 +36,11 @@ class KernelArg:
 
 
 @dataclass(frozen=True)
-class LaunchContract:
-    """What a host launcher needs: grid (an expression over the named run-time values), block,
-    dynamic shared memory and the argument list with C types."""
+class KernelContract:
+    """One kernel of a variant: symbol, grid (expressions over run-time values), block, dynamic
+    shared memory and the argument list with C types."""
 
+    symbol: str
     grid: tuple[str, str, str]
     block: tuple[int, int, int]
     dynamic_smem_bytes: int
@@ -32,6 +48,7 @@ class LaunchContract:
 
     def to_json(self) -> dict:
         return {
+            "symbol": self.symbol,
             "grid": list(self.grid),
             "block": list(self.block),
             "dynamic_smem_bytes": self.dynamic_smem_bytes,
@@ -39,25 +56,40 @@ class LaunchContract:
         }
 
 
-def _selftest_contract(cfg: PipelineSelfTestConfig) -> LaunchContract:
-    return LaunchContract(
-        grid=("min(num_tiles, num_sms)", "1", "1"),
-        block=(cfg.threads, 1, 1),
-        dynamic_smem_bytes=cfg.layout.total_bytes,
-        args=(KernelArg("src", "const uint4*"), KernelArg("out", "unsigned int*"), KernelArg("num_tiles", "int")),
+def _args(*pairs: str) -> tuple[KernelArg, ...]:
+    return tuple(KernelArg(*p.rsplit(" ", 1)) for p in pairs)
+
+
+def _selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> tuple[KernelContract, ...]:
+    return (KernelContract(name, ("min(num_tiles, num_sms)", "1", "1"), (cfg.threads, 1, 1), cfg.layout.total_bytes,
+                           _args("const uint4* src", "unsigned int* out", "int num_tiles")),)
+
+
+def combine_threads(cfg: DecodeConfig) -> int:
+    return min(256, max(32, cfg.head_dim_v // 2))
+
+
+def _decode_kernels(name: str, cfg: DecodeConfig) -> tuple[KernelContract, ...]:
+    t = C_TYPES[cfg.q_dtype]
+    heads = "num_q_heads / heads_per_cta (MLA: rounded up)" if cfg.family == "mla_decode" else "num_kv_heads"
+    return (
+        KernelContract(f"{name}_plan", ("ceil(batch / 256)", "1", "1"), (256, 1, 1), 0,
+                       _args("const int* seqlens", "int* split_plan", "int batch", "int num_splits",
+                             "int min_keys_per_split")),
+        KernelContract(name, (heads, "batch", "num_splits"), (cfg.threads, 1, 1), cfg.layout.total_bytes,
+                       _args(f"const {t}* q", f"const {t}* k_cache", f"const {t}* v_cache", "const int* block_table",
+                             "const int* seqlens", "const int* split_plan", f"{t}* out", "float* lse",
+                             "float* part_o", "float* part_lse", "int s_q", "int num_q_heads", "int num_kv_heads",
+                             "int max_pages", "int num_splits", "float scale_log2", "int causal")),
+        KernelContract(f"{name}_combine", ("num_q_heads", "s_q", "batch"), (combine_threads(cfg), 1, 1), 0,
+                       _args("const float* part_o", "const float* part_lse", "const int* split_plan", f"{t}* out",
+                             "float* lse", "int s_q", "int num_q_heads", "int num_splits")),
     )
-
-
-def _selftest_context(cfg: PipelineSelfTestConfig) -> dict:
-    return {
-        "producer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_producer,
-        "consumer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_consumer,
-    }
 
 
 @dataclass(frozen=True)
 class Variant:
-    config: AnyConfig
+    config: PipelineSelfTestConfig | DecodeConfig
 
     @cached_property
     def name(self) -> str:
@@ -85,7 +117,9 @@ class Variant:
 
     @property
     def template(self) -> str:
-        return f"{self.language}/{self.family}.{'hip' if self.language == 'hip' else 'cu'}.j2"
+        if isinstance(self.config, PipelineSelfTestConfig):
+            return "cuda/pipeline_selftest.cu.j2"
+        return f"{self.language}/decode_{self.backend}.{'hip' if self.language == 'hip' else 'cu'}.j2"
 
     @property
     def relpath(self) -> str:
@@ -93,20 +127,37 @@ class Variant:
         return f"{self.backend}/{self.name}.{'hip' if self.language == 'hip' else 'cu'}"
 
     @cached_property
-    def launch(self) -> LaunchContract:
-        return _selftest_contract(self.config)
+    def kernels(self) -> tuple[KernelContract, ...]:
+        if isinstance(self.config, PipelineSelfTestConfig):
+            return _selftest_kernels(self.name, self.config)
+        return _decode_kernels(self.name, self.config)
+
+    @property
+    def main_kernel(self) -> KernelContract:
+        return next(k for k in self.kernels if k.symbol == self.name)
 
     def template_context(self) -> dict:
         """Derived values the template places (computed here, never in the template)."""
-        return _selftest_context(self.config)
+        cfg = self.config
+        if isinstance(cfg, PipelineSelfTestConfig):
+            return {
+                "producer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_producer,
+                "consumer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_consumer,
+            }
+        return {
+            "c_type": C_TYPES[cfg.q_dtype],
+            "chunks_per_row": cfg.head_dim_qk * 2 // 16,
+            "combine_threads": combine_threads(cfg),
+        }
 
 
 def variant_from_dict(data: dict) -> Variant:
-    from .errors import ConfigError, describe_validation_error
-    from pydantic import ValidationError
-
     try:
         return Variant(CONFIG_ADAPTER.validate_python(data))
     except ValidationError as err:
-        kind = data.get("kind", "config")
-        raise ConfigError(describe_validation_error(kind, err)) from None
+        kind = data.get("kind") or data.get("family") or "config"
+        raise ConfigError(describe_validation_error(kind, err, skip_tags=("selftest", "decode"))) from None
+
+
+def variant_from_config(config) -> Variant:
+    return Variant(config)

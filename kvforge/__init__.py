@@ -1,10 +1,11 @@
 """kvforge: generated decode-attention kernels over a paged KV cache.
 
-`kvforge.codegen` turns validated configs into CUDA/HIP sources; `kvforge.runtime` compiles,
-caches and launches them.
+`kvforge.mla_decode` / `kvforge.gqa_decode` are the stable surface; `kvforge.codegen` turns
+validated configs into CUDA/HIP sources and `kvforge.runtime` compiles, caches and launches them.
 """
 from kvforge.codegen.errors import ConfigError
 from kvforge.codegen.version import VERSION as __version__
+from kvforge.runtime.decode import gqa_decode, mla_decode
 from kvforge.runtime.errors import CompileError
 
-__all__ = ["ConfigError", "CompileError", "__version__"]
+__all__ = ["ConfigError", "CompileError", "gqa_decode", "mla_decode", "__version__"]

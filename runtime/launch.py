@@ -52,24 +52,31 @@ class LoadedKernel:
         launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), self.kernel, *args)
 
 
+_modules: dict[tuple, object] = {}
 _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load(compiled: CompiledKernel, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
-    """The kernel loaded on `device_id` with its dynamic-SMEM limit raised (once per kernel)."""
+def load(compiled: CompiledKernel, symbol: str, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
+    """Kernel `symbol` of the cubin, loaded once per device, with its dynamic-SMEM limit raised
+    (once per kernel)."""
     from cuda.core import ObjectCode
 
-    key = (compiled.name, hashlib.sha256(compiled.cubin).hexdigest(), device_id)
+    digest = hashlib.sha256(compiled.cubin).hexdigest()
+    key = (digest, symbol, device_id)
     with _lock:
         hit = _loaded.get(key)
         if hit is not None and hit.max_dynamic_smem >= dynamic_smem:
             return hit
         device(device_id)
-        kernel = ObjectCode.from_cubin(compiled.cubin, name=compiled.name).get_kernel(compiled.name)
+        module = _modules.get((digest, device_id))
+        if module is None:
+            module = ObjectCode.from_cubin(compiled.cubin, name=compiled.name)
+            _modules[(digest, device_id)] = module
+        kernel = module.get_kernel(symbol)
         if dynamic_smem > 48 * 1024:
-            _set_max_dynamic_smem(kernel, dynamic_smem, device_id, compiled.name)
-        loaded = LoadedKernel(compiled.name, kernel, dynamic_smem, device_id)
+            _set_max_dynamic_smem(kernel, dynamic_smem, device_id, symbol)
+        loaded = LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id)
         _loaded[key] = loaded
         return loaded
 

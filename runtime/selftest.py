@@ -25,8 +25,8 @@ def launch_pipeline_selftest(variant: Variant, src, out, *, stream=None, debug: 
     want = (num_tiles, cfg.pipeline.num_qk_stages, cfg.pipeline.num_consumer)
     if tuple(o.shape) != want:
         raise ValueError(f"out: shape must be {want}, got {tuple(o.shape)}")
-    contract = variant.launch
-    kernel = load(compile(variant, debug=debug), contract.dynamic_smem_bytes, device_id)
+    contract = variant.main_kernel
+    kernel = load(compile(variant, debug=debug), contract.symbol, contract.dynamic_smem_bytes, device_id)
     blocks = grid or min(num_tiles, sm_count(device_id))
     kernel.launch((blocks, 1, 1), contract.block, contract.dynamic_smem_bytes,
                   resolve_stream(stream, device_id), s.ptr, o.ptr, np.int32(num_tiles))

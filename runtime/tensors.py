@@ -2,12 +2,34 @@
 through cuda.core's StridedMemoryView, checked and never copied."""
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+
+DTYPE_ALIASES = {
+    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
+    "float32": "fp32", "float": "fp32", "int32": "int32", "int": "int32", "uint32": "uint32",
+    "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "int64": "int64", "float64": "fp64",
+}
 
 
-def device_view(obj, arg: str, *, dtype: str | None = None, ndim: int | None = None,
-                device_id: int | None = None, contiguous: bool = True):
-    """A StridedMemoryView of `obj`, after checking device, dtype, rank and layout.
+def dtype_name(obj) -> str:
+    """'bf16', 'fp16', 'fp32', 'int32', ... from the exporter's own dtype (torch, cupy, numpy)."""
+    raw = str(getattr(obj, "dtype", "?")).removeprefix("torch.")
+    return DTYPE_ALIASES.get(raw, raw)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    name: str
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: str
+    device_id: int
+    obj: object
+
+
+def device_view(obj, arg: str, *, dtype: str | tuple[str, ...] | None = None, ndim: int | tuple[int, ...] | None = None,
+                device_id: int | None = None, contiguous: bool = True) -> TensorArg:
+    """`obj` as a TensorArg after checking device, dtype, rank and layout.
 
     Raises TypeError (not a GPU array, wrong dtype) or ValueError (rank, device, strides) naming `arg`.
     """
@@ -16,22 +38,27 @@ def device_view(obj, arg: str, *, dtype: str | None = None, ndim: int | None = N
     if not (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
         raise TypeError(f"{arg}: expected a CUDA array (DLPack or __cuda_array_interface__), "
                         f"got {type(obj).__name__}")
+    name = dtype_name(obj)
+    allowed = (dtype,) if isinstance(dtype, str) else dtype
+    if allowed is not None and name not in allowed:
+        raise TypeError(f"{arg}: dtype must be {' or '.join(allowed)}, got {name}")
     try:
         make = getattr(StridedMemoryView, "from_any_interface", None)  # cuda.core >= 1.2.x
         view = make(obj, stream_ptr=-1) if make else StridedMemoryView(obj, stream_ptr=-1)
+        shape, strides = tuple(view.shape), view.strides
     except Exception as err:  # noqa: BLE001 - the exporter's reason is kept
         raise TypeError(f"{arg}: cannot be viewed as a CUDA array: {err}") from None
     if not view.is_device_accessible or view.device_id < 0:
         raise ValueError(f"{arg}: must live on a CUDA device, found a host array")
     if device_id is not None and view.device_id != device_id:
         raise ValueError(f"{arg}: is on device {view.device_id}, expected device {device_id}")
-    if dtype is not None and np.dtype(view.dtype) != np.dtype(dtype):
-        raise TypeError(f"{arg}: dtype must be {dtype}, got {view.dtype}")
-    if ndim is not None and len(view.shape) != ndim:
-        raise ValueError(f"{arg}: expected {ndim} dimensions, got shape {tuple(view.shape)}")
-    if contiguous and not is_c_contiguous(view.shape, view.strides):
-        raise ValueError(f"{arg}: must be C-contiguous, got shape {tuple(view.shape)} strides {view.strides}")
-    return view
+    ranks = (ndim,) if isinstance(ndim, int) else ndim
+    if ranks is not None and len(shape) not in ranks:
+        raise ValueError(f"{arg}: expected {' or '.join(map(str, ranks))} dimensions, got shape {shape}")
+    if contiguous and not is_c_contiguous(shape, strides):
+        raise ValueError(f"{arg}: must be C-contiguous (kvforge never copies behind your back), got shape "
+                         f"{shape} strides {strides}")
+    return TensorArg(arg, int(view.ptr), shape, name, int(view.device_id), obj)
 
 
 def is_c_contiguous(shape, strides) -> bool:

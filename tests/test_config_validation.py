@@ -12,7 +12,7 @@ from kvforge.codegen.variant import variant_from_dict
 
 PIPE = {"num_kv_stages": 2}
 MLA = dict(family="mla_decode", backend="sm80", arch="sm_90", head_dim_qk=576, head_dim_v=512, heads_per_cta=16,
-           page_size=64, block_n=32, pipeline=PIPE, num_consumer_warps=4)
+           page_size=64, block_n=64, pipeline={"num_kv_stages": 2, "num_consumer": 4})
 GQA = dict(family="gqa_decode", backend="sm80", arch="sm_90", head_dim_qk=128, head_dim_v=128, heads_per_cta=8,
            page_size=16, block_n=64, pipeline=PIPE)
 KBUF = dict(role="K", BN=32, WN=32, BK=16, depth=128, num_threads=256)
@@ -56,14 +56,20 @@ INVALID = [
     (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3", scale_mode="per_tensor"), ["kv_dtype='fp8_e4m3'", "sm90"]),
     (DecodeConfig, dict(MLA, max_s_q=9), ["max_s_q=9", "less than or equal to 8"]),
     (DecodeConfig, dict(MLA, heads_per_cta=64, max_s_q=4), ["max_s_q=4", "256 query rows", "at most 128"]),
-    (DecodeConfig, dict(MLA, heads_per_cta=128, num_consumer_warps=4), ["heads_per_cta=128", "512 fp32 registers"]),
+    (DecodeConfig, dict(MLA, heads_per_cta=64, block_n=32, pipeline={"num_kv_stages": 2, "num_consumer": 4}),
+     ["heads_per_cta=64", "256 fp32 registers"]),
     (DecodeConfig, dict(MLA, pipeline=None), ["pipeline", "required for backend 'sm80'"]),
     (DecodeConfig, dict(GQA, head_dim_qk=64, head_dim_v=64, pipeline={"num_kv_stages": 2, "num_qk_stages": 3}),
      ["num_qk_stages=3", "head_dim_qk=64", "multiples of 16"]),
-    (DecodeConfig, dict(MLA, block_n=128, pipeline={"num_kv_stages": 4}),
-     ["num_kv_stages=4", "232448 B", "kv_stages"]),
-    (DecodeConfig, dict(MLA, arch="sm_86", pipeline={"num_kv_stages": 3}), ["sm_86 allows 101376 B"]),
-    (DecodeConfig, dict(MLA, num_consumer_warps=32), ["num_consumer_warps=32", "less than or equal to 16"]),
+    (DecodeConfig, dict(MLA, block_n=128, pipeline={"num_kv_stages": 2, "num_consumer": 4}),
+     ["num_kv_stages=2", "232448 B", "kv_stages"]),
+    (DecodeConfig, dict(MLA, arch="sm_86"), ["sm_86 allows 101376 B"]),
+    (DecodeConfig, dict(MLA, pipeline={"num_kv_stages": 2, "num_consumer": 32}), ["num_consumer=32", "less than or equal to 16"]),
+    (DecodeConfig, dict(MLA, heads_per_cta=64, pipeline={"num_kv_stages": 2, "num_consumer": 6}),
+     ["num_consumer=6", "4 row groups", "multiple of 4"]),
+    (DecodeConfig, dict(MLA, block_n=32), ["block_n=32", "4 column-group warps", "multiple of 64"]),
+    (DecodeConfig, dict(MLA, pipeline={"num_kv_stages": 2, "num_consumer": 4, "num_producer": 2}),
+     ["one cp.async producer warp", "num_producer=2"]),
     (DecodeConfig, dict(CDNA, pipeline=PIPE), ["pipeline", "set kv_buffers"]),
     (DecodeConfig, dict(CDNA, kv_buffers=None), ["kv_buffers", "required for backend 'cdna'"]),
     (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
@@ -93,8 +99,9 @@ def test_there_are_at_least_25_distinct_rejections():
     assert len({(m.__name__, repr(sorted(d.items(), key=str))) for m, d, _ in INVALID}) >= 25
 
 
-@pytest.mark.parametrize("data", [MLA, GQA, CDNA, dict(MLA, heads_per_cta=64, num_consumer_warps=8),
-                                  dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3",
+@pytest.mark.parametrize("data", [MLA, GQA, CDNA, dict(MLA, heads_per_cta=64, block_n=32,
+                                                            pipeline={"num_kv_stages": 3, "num_consumer": 8}),
+                                  dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3", block_n=32,
                                        scale_mode="per_token_block", scale_block_size=128)])
 def test_valid_decode_configs_are_accepted_and_fit_their_arch(data):
     from kvforge.codegen.arch import arch_spec

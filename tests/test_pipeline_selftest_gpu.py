@@ -82,11 +82,11 @@ def test_debug_build_traps_with_a_message_instead_of_hanging(tmp_path):
             k=v.config.pipeline.num_kv_stages, f=v.config.pipeline.full_arrive_count + 1))
         assert bad != src
         k = compile_source(v.name, v.arch, bad, debug=True)
-        kern = load(k, v.launch.dynamic_smem_bytes)
+        kern = load(k, v.name, v.main_kernel.dynamic_smem_bytes)
         data = torch.zeros(v.config.tile_bytes // 4 * 4, dtype=torch.int32, device="cuda")
         out = torch.zeros(4 * v.config.pipeline.num_qk_stages * v.config.pipeline.num_consumer, dtype=torch.int32, device="cuda")
         from kvforge.runtime.launch import resolve_stream
-        kern.launch((1, 1, 1), v.launch.block, v.launch.dynamic_smem_bytes, resolve_stream(None),
+        kern.launch((1, 1, 1), v.main_kernel.block, v.main_kernel.dynamic_smem_bytes, resolve_stream(None),
                     data.data_ptr(), out.data_ptr(), np.int32(4))
         torch.cuda.synchronize()
         print("NO TRAP")

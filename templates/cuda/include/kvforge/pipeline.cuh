@@ -161,6 +161,12 @@ struct PipelineProducer {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) MBarrier::arrive(ring.full(slot(sub)));
   }
+  // cp.async fill (sm_80+), called by every producer lane after issuing its cp.async copies:
+  // the barrier gets this lane's arrival once all of them have landed (full counts 32 per warp).
+  __device__ __forceinline__ void producer_commit_cp_async(int sub = 0) const {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_u32(ring.full(slot(sub))))
+                 : "memory");
+  }
 #if KVFORGE_HAS_TMA
   // Bulk fill, called by one thread: arrive once announcing `bytes` of transactions, then the
   // copies issued against the returned barrier complete the phase.

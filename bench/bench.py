@@ -1,0 +1,211 @@
+"""kvforge decode benchmark: the issue's shapes, with the ceilings and the peers measured in the
+same run. Prints a markdown table (and writes it with --write PATH).
+
+    python bench/bench.py [--write bench/RESULTS.md] [--quick] [--no-flashinfer]
+
+Time = median of CUDA-event timings of single calls after warm-up; the KV inputs rotate among
+enough copies to exceed the L2 several times. Bytes and FLOPs use FlashMLA's conventions.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import torch
+
+import kvforge
+
+L2_BYTES = 60 << 20
+
+
+def median_ms(fn, iters: int = 40, warmup: int = 8) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def ceilings() -> dict:
+    n = 4 << 30
+    src = torch.empty(n // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src), iters=20)
+    read_ms = median_ms(lambda: torch.sum(src), iters=20)
+    del dst
+    return {"copy": 2 * n / copy_ms / 1e6, "read": n / read_ms / 1e6}  # GB/s
+
+
+class Shape:
+    def __init__(self, family, b, s_k, hq, hkv=1, d=576, s_q=1, page=64):
+        self.family, self.b, self.s_k, self.hq, self.hkv, self.d, self.s_q, self.page = family, b, s_k, hq, hkv, d, s_q, page
+
+    @property
+    def label(self):
+        if self.family == "mla_decode":
+            return f"MLA b={self.b} s_k={self.s_k} s_q={self.s_q} h={self.hq}"
+        return f"GQA b={self.b} s_k={self.s_k} Hq={self.hq} Hkv={self.hkv} D={self.d}"
+
+    def bytes(self):
+        if self.family == "mla_decode":
+            return self.b * (self.s_q * self.hq * 576 * 2 + self.s_k * 576 * 2 + self.s_q * self.hq * 512 * 2)
+        return self.b * (2 * self.s_q * self.hq * self.d * 2 + 2 * self.s_k * self.hkv * self.d * 2)
+
+    def flops(self):
+        dv = 512 if self.family == "mla_decode" else self.d
+        return 2 * self.b * self.s_q * self.hq * self.s_k * (self.d + dv)
+
+
+def make_inputs(sh: Shape, copies: int):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pages_per_seq = math.ceil(sh.s_k / sh.page)
+    num_pages = sh.b * pages_per_seq
+    row = (1, sh.d) if sh.family == "mla_decode" else (sh.hkv, sh.d)
+    kv = []
+    for _ in range(copies):
+        k = torch.randn((num_pages, sh.page, *row), device="cuda", dtype=torch.bfloat16, generator=g)
+        v = None if sh.family == "mla_decode" else torch.randn_like(k)
+        kv.append((k.reshape(num_pages, sh.page, sh.d) if sh.family == "mla_decode" else k, v))
+    bt = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32).reshape(sh.b, pages_per_seq)
+    lens = torch.full((sh.b,), sh.s_k, dtype=torch.int32, device="cuda")
+    q = torch.randn((sh.b, sh.s_q, sh.hq, sh.d), device="cuda", dtype=torch.bfloat16, generator=g)
+    return q, kv, bt, lens
+
+
+def run_kvforge(sh, q, k, v, bt, lens):
+    if sh.family == "mla_decode":
+        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, check_inputs=False)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens, check_inputs=False)[0]
+
+
+def run_torch(sh, q, k, v, bt, lens):
+    """Plain PyTorch on the same paged inputs: gather the pages, then matmul-softmax-matmul."""
+    b, s_q, hq, d = q.shape
+    idx = bt.long()
+    keys = k[idx].reshape(b, -1, *k.shape[2:])[:, : sh.s_k]           # [B, s_k, (Hkv,) D]
+    scale = 1 / math.sqrt(d)
+    if sh.family == "mla_decode":
+        vals = keys[..., :512]
+        s = torch.einsum("bqhd,bkd->bhqk", q, keys).float() * scale
+        if s_q > 1:
+            mask = torch.arange(sh.s_k, device=q.device)[None, :] > (sh.s_k - s_q + torch.arange(s_q, device=q.device))[:, None]
+            s = s.masked_fill(mask, float("-inf"))
+        p = torch.softmax(s, -1).to(q.dtype)
+        return torch.einsum("bhqk,bkd->bqhd", p, vals)
+    vals = v[idx].reshape(b, -1, *v.shape[2:])[:, : sh.s_k]
+    g = hq // sh.hkv
+    qg = q.reshape(b, s_q, sh.hkv, g, d)
+    s = torch.einsum("bqngd,bknd->bngqk", qg, keys).float() * scale
+    p = torch.softmax(s, -1).to(q.dtype)
+    return torch.einsum("bngqk,bknd->bqngd", p, vals).reshape(b, s_q, hq, d)
+
+
+def flashinfer_runner(sh, q, kv, bt, lens):
+    """FlashInfer 0.6 on the same pages (MLA: BatchMLAPagedAttentionWrapper; GQA: tensor-core decode)."""
+    import flashinfer
+
+    b = sh.b
+    pages_per_seq = bt.shape[1]
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    indptr = torch.arange(0, b + 1, dtype=torch.int32, device="cuda") * pages_per_seq
+    indices = bt.reshape(-1).contiguous()
+    last = torch.full((b,), sh.s_k - (pages_per_seq - 1) * sh.page, dtype=torch.int32, device="cuda")
+    if sh.family == "mla_decode":
+        w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws)
+        qo_indptr = torch.arange(0, b + 1, dtype=torch.int32, device="cuda") * sh.s_q
+        w.plan(qo_indptr, indptr, indices, lens, sh.hq, 512, 64, sh.page, sh.s_q > 1, 1 / math.sqrt(576),
+               torch.bfloat16, torch.bfloat16)
+        qf = q.reshape(b * sh.s_q, sh.hq, 576)
+        q_nope, q_pe = qf[..., :512].contiguous(), qf[..., 512:].contiguous()
+        split = [(k[..., :512].contiguous(), k[..., 512:].contiguous()) for k, _ in kv]
+        return lambda i: w.run(q_nope, q_pe, *split[i])
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    w.plan(indptr, indices, last, sh.hq, sh.hkv, sh.d, sh.page, q_data_type=torch.bfloat16,
+           kv_data_type=torch.bfloat16)
+    q3 = q[:, 0].contiguous()
+    return lambda i: w.run(q3, (kv[i][0], kv[i][1]))
+
+
+SHAPES = [
+    Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
+    Shape("mla_decode", 128, 4096, 128, s_q=2), Shape("mla_decode", 1, 32768, 128),
+    Shape("gqa_decode", 64, 8192, 32, 8, 128, page=16), Shape("gqa_decode", 1, 65536, 32, 8, 128, page=16),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", help="also write the markdown table to this file")
+    ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer timed iterations")
+    args = ap.parse_args()
+    iters = 10 if args.quick else 40
+    ceil = ceilings()
+    fi_note = ""
+    if not args.no_flashinfer:
+        try:
+            import flashinfer  # noqa: F401
+        except Exception as err:  # noqa: BLE001
+            fi_note = f"FlashInfer unavailable: {type(err).__name__}: {err}"
+            args.no_flashinfer = True
+    rows = []
+    for sh in SHAPES:
+        kv_bytes = sh.bytes()
+        copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes)))
+        q, kv, bt, lens = make_inputs(sh, copies)
+        it = iter(range(10**9))
+        ours = median_ms(lambda: run_kvforge(sh, q, *kv[next(it) % copies], bt, lens), iters)
+        ref = run_torch(sh, q, *kv[0], bt, lens)
+        got = run_kvforge(sh, q, *kv[0], bt, lens)
+        err = float((got.float() - ref.float()).norm() / ref.float().norm())
+        it2 = iter(range(10**9))
+        try:
+            torch_ms = median_ms(lambda: run_torch(sh, q, *kv[next(it2) % copies], bt, lens), max(5, iters // 4), 2)
+        except torch.OutOfMemoryError:
+            torch_ms = float("nan")
+        fi_ms = float("nan")
+        if not args.no_flashinfer:
+            try:
+                fi = flashinfer_runner(sh, q, kv, bt, lens)
+                it3 = iter(range(10**9))
+                fi_ms = median_ms(lambda: fi(next(it3) % copies), iters)
+            except Exception as e:  # noqa: BLE001
+                fi_note += f"\n- {sh.label}: FlashInfer failed: {type(e).__name__}: {str(e)[:200]}"
+        gbs = kv_bytes / ours / 1e6
+        rows.append((sh.label, ours, gbs, sh.flops() / ours / 1e9, gbs / ceil["read"], gbs / ceil["copy"],
+                     torch_ms, torch_ms / ours, fi_ms, fi_ms / ours, err))
+        del q, kv
+        torch.cuda.empty_cache()
+        print(f"{sh.label}: {ours:.3f} ms, {gbs:.0f} GB/s, torch {torch_ms:.3f} ms, flashinfer {fi_ms:.3f} ms",
+              file=sys.stderr)
+    dev = torch.cuda.get_device_name()
+    lines = [f"Device: {dev}. Ceilings measured in this run: streaming read {ceil['read']:.0f} GB/s, "
+             f"device copy {ceil['copy']:.0f} GB/s (read+write counted).", "",
+             "| shape | kvforge ms | GB/s | TFLOPS | of read ceiling | of copy ceiling | torch ms | torch/kvforge "
+             "| FlashInfer ms | FlashInfer/kvforge | rel. L2 vs torch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r[0]} | {r[1]:.3f} | {r[2]:.0f} | {r[3]:.1f} | {r[4]:.0%} | {r[5]:.0%} | {r[6]:.3f} | "
+                     f"{r[7]:.2f}x | {r[8]:.3f} | {r[9]:.2f}x | {r[10]:.1e} |")
+    if fi_note:
+        lines += ["", fi_note.strip()]
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        with open(args.write, "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

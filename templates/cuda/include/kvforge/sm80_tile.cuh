@@ -1,0 +1,95 @@
+// kvforge/sm80_tile.cuh: the warp-level tile primitives of the sm80 backend.
+//
+// mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate), ldmatrix fragments from padded
+// shared-memory tiles, and cp.async 16-byte copies with zero fill. Fragment layouts follow the
+// PTX ISA (g = lane / 4, t = lane % 4): A holds rows g and g+8, columns 2t.. and 2t+8..; B holds
+// k rows 2t.. and 2t+8.. of column g; C holds rows g and g+8, columns 2t and 2t+1.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kvforge {
+namespace sm80 {
+
+using u32 = unsigned int;
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+
+// 16-byte global -> shared copy; `valid == false` writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(smem)));
+}
+
+template <class T>
+struct MmaType;
+template <>
+struct MmaType<__nv_bfloat16> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ u32 pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+  }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+};
+template <>
+struct MmaType<__half> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ u32 pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+  }
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+};
+
+// A fragment (16 x 16) of a row-major tile with `stride` bytes per row, at (row0, col0 elements).
+__device__ __forceinline__ void load_a(u32 (&a)[4], const unsigned char* tile, int stride, int row0, int col0) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(a, tile + (row0 + (lane & 15)) * stride + (col0 + (lane >> 4) * 8) * 2);
+}
+
+// B fragments of two n8 tiles for S = A * K^T, K row-major [key][dim]: keys n0..n0+15, dims k0..k0+15.
+// b[0], b[1]: keys n0..n0+7; b[2], b[3]: keys n0+8..n0+15.
+__device__ __forceinline__ void load_b_kt(u32 (&b)[4], const unsigned char* tile, int stride, int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+}
+
+// B fragments of two n8 tiles for O = P * V, V row-major [key][dim]: keys k0..k0+15, dims n0..n0+15.
+// b[0], b[1]: dims n0..n0+7; b[2], b[3]: dims n0+8..n0+15.
+__device__ __forceinline__ void load_b_v(u32 (&b)[4], const unsigned char* tile, int stride, int k0, int n0) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4_trans(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + (n0 + (lane >> 4) * 8) * 2);
+}
+
+// Named barrier over `threads` threads (ids 1.. ; 0 is __syncthreads).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace sm80
+}  // namespace kvforge

@@ -1,0 +1,119 @@
+"""Bad decode arguments raise a clear error naming the argument, before any kernel launches."""
+from __future__ import annotations
+
+import pytest
+
+from paged_inputs import make_case
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def mla():
+    return make_case("mla_decode", batch=2, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=[10, 70], seed=0)
+
+
+@pytest.fixture(scope="module")
+def gqa():
+    return make_case("gqa_decode", batch=2, s_q=1, hq=8, hkv=2, d=128, page_size=16, lens=[10, 70], seed=0)
+
+
+def _mla(case, **over):
+    import kvforge
+
+    args = dict(q=case.q, kv_cache=case.k, block_table=case.block_table, cache_seqlens=case.seqlens)
+    args.update(over)
+    return kvforge.mla_decode(args.pop("q"), args.pop("kv_cache"), args.pop("block_table"),
+                              args.pop("cache_seqlens"), **args)
+
+
+def _gqa(case, **over):
+    import kvforge
+
+    args = dict(q=case.q, k_cache=case.k, v_cache=case.v, block_table=case.block_table, cache_seqlens=case.seqlens)
+    args.update(over)
+    return kvforge.gqa_decode(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("block_table"),
+                              args.pop("cache_seqlens"), **args)
+
+
+def test_mla_wrong_dtypes(mla):
+    import torch
+
+    with pytest.raises(TypeError, match=r"^q: dtype must be bf16 or fp16, got fp32"):
+        _mla(mla, q=mla.q.float())
+    with pytest.raises(TypeError, match=r"^kv_cache: dtype must match q \(bf16\), got fp16"):
+        _mla(mla, kv_cache=mla.k.half())
+    with pytest.raises(TypeError, match=r"^block_table: dtype must be int32, got int64"):
+        _mla(mla, block_table=mla.block_table.long())
+    with pytest.raises(TypeError, match=r"^cache_seqlens: dtype must be int32"):
+        _mla(mla, cache_seqlens=mla.seqlens.to(torch.int64))
+    with pytest.raises(TypeError, match=r"^kv_cache: fp8_e4m3 KV needs the sm90 backend"):
+        _mla(mla, kv_cache=mla.k.to(torch.float8_e4m3fn))
+
+
+def test_mla_wrong_shapes(mla):
+    with pytest.raises(ValueError, match=r"^q: last dimension must be 576"):
+        _mla(mla, q=mla.q[..., :512].contiguous())
+    with pytest.raises(ValueError, match=r"^q: expected 4 dimensions"):
+        _mla(mla, q=mla.q[:, 0])
+    with pytest.raises(ValueError, match=r"^kv_cache: a 4-D MLA cache must have h_kv=1"):
+        _mla(mla, kv_cache=mla.k.reshape(mla.k.shape[0], mla.k.shape[1] // 2, 2, 576))
+    with pytest.raises(ValueError, match=r"^kv_cache: page_size=48"):
+        _mla(mla, kv_cache=mla.k.reshape(-1, 576)[: 48 * 4].reshape(4, 48, 576))
+    with pytest.raises(ValueError, match=r"^block_table: batch 1 does not match q's batch 2"):
+        _mla(mla, block_table=mla.block_table[:1])
+    with pytest.raises(ValueError, match=r"^cache_seqlens: batch 1 does not match"):
+        _mla(mla, cache_seqlens=mla.seqlens[:1])
+    with pytest.raises(ValueError, match=r"^q: s_q=9 is outside the supported 1..8"):
+        _mla(mla, q=mla.q.expand(2, 9, 16, 576).contiguous())
+
+
+def test_mla_device_strides_and_outputs(mla):
+    import torch
+
+    with pytest.raises(ValueError, match=r"^q: must live on a CUDA device"):
+        _mla(mla, q=mla.q.cpu())
+    with pytest.raises(ValueError, match=r"^q: must be C-contiguous"):
+        _mla(mla, q=mla.q.transpose(1, 2))
+    with pytest.raises(ValueError, match=r"^out: shape must be \(2, 1, 16, 512\)"):
+        _mla(mla, out=torch.empty(2, 1, 16, 576, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(TypeError, match=r"^lse: dtype must be fp32"):
+        _mla(mla, lse=torch.empty(2, 16, 1, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match=r"^kv_scale: scales apply to fp8_e4m3 KV caches only"):
+        _mla(mla, kv_scale=1.0)
+
+
+def test_out_of_range_lengths_and_pages(mla):
+    import torch
+
+    with pytest.raises(ValueError, match=r"^cache_seqlens\[1\]=9999: must be in 0..128"):
+        _mla(mla, cache_seqlens=torch.tensor([10, 9999], dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match=r"^cache_seqlens\[0\]=-1"):
+        _mla(mla, cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32, device="cuda"))
+    bad = mla.block_table.clone()
+    bad[0, 0] = 10**6
+    with pytest.raises(ValueError, match=r"^block_table\[0\]: pages used by its 10 tokens must be in 0\.\."):
+        _mla(mla, block_table=bad)
+
+
+def test_gqa_head_checks(gqa):
+    with pytest.raises(ValueError, match=r"^q: 8 query heads is not a multiple of the 3 KV heads"):
+        _gqa(gqa, k_cache=gqa.k[:, :, :3].contiguous(), v_cache=gqa.v[:, :, :3].contiguous())
+    with pytest.raises(ValueError, match=r"^q: head dim 96; supported: 64, 128, 256"):
+        _gqa(gqa, q=gqa.q[..., :96].contiguous())
+    with pytest.raises(ValueError, match=r"^v_cache: shape .* must equal k_cache's"):
+        _gqa(gqa, v_cache=gqa.v[:-1].contiguous())
+    with pytest.raises(ValueError, match=r"^k_cache: head dim 64 does not match q's 128"):
+        _gqa(gqa, k_cache=gqa.k[..., :64].contiguous(), v_cache=gqa.v[..., :64].contiguous())
+    with pytest.raises(TypeError, match=r"^k_cache: expected a CUDA array"):
+        _gqa(gqa, k_cache=[1, 2])
+
+
+def test_no_launch_happens_on_a_rejected_call(gqa):
+    import torch
+
+    out = torch.full((2, 1, 8, 128), 7.0, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError):
+        _gqa(gqa, out=out, cache_seqlens=torch.tensor([10, 10**6], dtype=torch.int32, device="cuda"))
+    torch.cuda.synchronize()
+    assert bool((out == 7.0).all())

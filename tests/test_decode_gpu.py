@@ -1,0 +1,197 @@
+"""MLA and GQA paged decode on the GPU against the float64 reference: ragged and zero lengths,
+shuffled pages, NaN in every byte the kernel must not read, poisoned outputs, causal s_q > 1,
+split and unsplit paths, CUDA-graph replay, torch and cupy inputs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kvforge.runtime.reference import paged_decode_reference
+
+from paged_inputs import make_case, rel_l2
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-2
+
+
+def _run(family, case, *, causal=False, scale=None, out=None, lse=None, stream=None):
+    import kvforge
+
+    if family == "mla_decode":
+        return kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=causal,
+                                  softmax_scale=scale, out=out, lse=lse, stream=stream)
+    return kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=causal,
+                              softmax_scale=scale, out=out, lse=lse, stream=stream)
+
+
+def _poisoned(case, family):
+    import torch
+
+    b, s_q, hq, _ = case.q.shape
+    dv = 512 if family == "mla_decode" else case.q.shape[-1]
+    out = torch.full((b, s_q, hq, dv), float("nan"), dtype=case.q.dtype, device="cuda")
+    lse = torch.full((b, hq, s_q), float("nan"), dtype=torch.float32, device="cuda")
+    return out, lse
+
+
+def _check(family, case, out, lse, *, causal, scale=None):
+    import torch
+
+    torch.cuda.synchronize()
+    h = case.host
+    d = h["q"].shape[-1]
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    kc = h["k"] if family != "mla_decode" else h["k"].reshape(h["k"].shape[0], h["k"].shape[1], 1, -1)
+    vc = h["v"] if family != "mla_decode" else kc
+    want_o, want_l = paged_decode_reference(h["q"], kc, vc, h["bt"], h["lens"], scale=scale, causal=causal,
+                                            v_dim=512 if family == "mla_decode" else None)
+    got_o = out.float().cpu().numpy()
+    got_l = lse.cpu().numpy()
+    assert not np.isnan(got_o).any(), "output has NaN: an element was not written or a stray read leaked in"
+    assert not np.isnan(got_l).any(), "lse has NaN"
+    err = rel_l2(got_o, want_o)
+    assert err < TOL, f"relative L2 error {err:.2e}"
+    np.testing.assert_array_equal(np.isneginf(got_l), np.isneginf(want_l))
+    fin = np.isfinite(want_l)
+    np.testing.assert_allclose(got_l[fin], want_l[fin], rtol=0, atol=2e-2)
+    return err
+
+
+LENS_RAGGED = [0, 1, 17, 64, 200, 1000, 333, 2]
+
+
+@pytest.mark.parametrize("page_size", [16, 32, 64, 128])
+@pytest.mark.parametrize("heads", [16, 128])
+def test_mla_ragged_lengths_and_page_sizes(page_size, heads):
+    case = make_case("mla_decode", batch=8, s_q=1, hq=heads, hkv=1, d=576, page_size=page_size, lens=LENS_RAGGED,
+                     seed=page_size + heads)
+    out, lse = _poisoned(case, "mla_decode")
+    _run("mla_decode", case, out=out, lse=lse)
+    _check("mla_decode", case, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("heads", [1, 3, 20, 64, 100])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mla_any_head_count_and_both_dtypes(heads, dtype):
+    case = make_case("mla_decode", batch=3, s_q=1, hq=heads, hkv=1, d=576, page_size=64, lens=[130, 5, 700],
+                     dtype=dtype, seed=heads)
+    out, lse = _run("mla_decode", case)
+    _check("mla_decode", case, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("s_q", [2, 3, 4, 8])
+@pytest.mark.parametrize("causal", [True, False])
+def test_mla_multi_query_with_the_causal_rule(s_q, causal):
+    case = make_case("mla_decode", batch=4, s_q=s_q, hq=16, hkv=1, d=576, page_size=32, lens=[s_q - 1, 40, 1, 257],
+                     seed=s_q)
+    out, lse = _poisoned(case, "mla_decode")
+    _run("mla_decode", case, causal=causal, out=out, lse=lse)
+    _check("mla_decode", case, out, lse, causal=causal)
+
+
+def test_mla_long_single_sequence_takes_the_split_path():
+    from kvforge.runtime import decode
+
+    case = make_case("mla_decode", batch=1, s_q=1, hq=128, hkv=1, d=576, page_size=64, lens=[9000], seed=3)
+    out, lse = _poisoned(case, "mla_decode")
+    _run("mla_decode", case, out=out, lse=lse, scale=0.05)
+    _check("mla_decode", case, out, lse, causal=False, scale=0.05)
+    assert decode._num_splits(2, 200_000, 0) > 1
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
+def test_gqa_head_dims_and_groups(d, group):
+    hkv = 2
+    case = make_case("gqa_decode", batch=5, s_q=1, hq=hkv * group, hkv=hkv, d=d, page_size=16,
+                     lens=[0, 1, 31, 300, 77], seed=d + group)
+    out, lse = _poisoned(case, "gqa_decode")
+    _run("gqa_decode", case, out=out, lse=lse)
+    _check("gqa_decode", case, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("page_size", [16, 32, 64, 128])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_gqa_page_sizes_and_dtypes(page_size, dtype):
+    case = make_case("gqa_decode", batch=4, s_q=1, hq=32, hkv=8, d=128, page_size=page_size,
+                     lens=[129, 1, 500, 64], dtype=dtype, seed=page_size)
+    out, lse = _run("gqa_decode", case)
+    _check("gqa_decode", case, out, lse, causal=False)
+
+
+def test_gqa_accepts_3d_queries():
+    import kvforge
+
+    case = make_case("gqa_decode", batch=2, s_q=1, hq=8, hkv=2, d=64, page_size=32, lens=[50, 3], seed=1)
+    out, lse = kvforge.gqa_decode(case.q[:, 0].contiguous(), case.k, case.v, case.block_table, case.seqlens)
+    assert tuple(out.shape) == (2, 8, 64)
+    _check("gqa_decode", case, out[:, None], lse, causal=False)
+
+
+@pytest.mark.parametrize("s_q,group", [(2, 4), (4, 8), (8, 16)])
+def test_gqa_multi_query_causal(s_q, group):
+    case = make_case("gqa_decode", batch=3, s_q=s_q, hq=group * 2, hkv=2, d=128, page_size=16,
+                     lens=[s_q, 100, 1], seed=s_q)
+    out, lse = _poisoned(case, "gqa_decode")
+    _run("gqa_decode", case, causal=True, out=out, lse=lse)
+    _check("gqa_decode", case, out, lse, causal=True)
+
+
+def test_gqa_long_single_sequence_takes_the_split_path():
+    case = make_case("gqa_decode", batch=1, s_q=1, hq=32, hkv=8, d=128, page_size=16, lens=[20000], seed=9)
+    out, lse = _poisoned(case, "gqa_decode")
+    _run("gqa_decode", case, out=out, lse=lse)
+    _check("gqa_decode", case, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
+def test_cuda_graph_capture_then_replay_with_new_lengths_and_queries(family):
+    import torch
+
+    hq, hkv, d = (64, 1, 576) if family == "mla_decode" else (16, 4, 128)
+    case = make_case(family, batch=2, s_q=1, hq=hq, hkv=hkv, d=d, page_size=64, lens=[3000, 700], seed=11)
+    out, lse = _poisoned(case, family)
+    _run(family, case, out=out, lse=lse)  # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run(family, case, out=out, lse=lse)
+    for step, lens in enumerate(([3000, 700], [1, 2500], [0, 3500])):
+        new_q = torch.randn(case.q.shape, device="cuda").to(case.q.dtype)
+        case.q.copy_(new_q)
+        case.seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+        case.host["q"] = new_q.double().cpu().numpy()
+        case.host["lens"] = np.array(lens, dtype=np.int32)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        _check(family, case, out, lse, causal=False)
+
+
+def test_user_stream_is_used():
+    import torch
+
+    case = make_case("gqa_decode", batch=2, s_q=1, hq=8, hkv=8, d=128, page_size=16, lens=[100, 900], seed=5)
+    out, lse = _poisoned(case, "gqa_decode")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    _run("gqa_decode", case, out=out, lse=lse, stream=s)
+    s.synchronize()
+    _check("gqa_decode", case, out, lse, causal=False)
+
+
+def test_cupy_inputs():
+    cp = pytest.importorskip("cupy")
+    import kvforge
+
+    case = make_case("gqa_decode", batch=2, s_q=1, hq=8, hkv=2, d=64, page_size=16, lens=[40, 300], dtype="fp16",
+                     seed=8)
+    q, k, v = (cp.asarray(t.cpu().numpy()) for t in (case.q, case.k, case.v))
+    bt, sl = cp.asarray(case.host["bt"]), cp.asarray(case.host["lens"])
+    out, lse = kvforge.gqa_decode(q, k, v, bt, sl)
+    cp.cuda.get_current_stream().synchronize()
+    import torch
+
+    _check("gqa_decode", case, torch.from_numpy(cp.asnumpy(out)), torch.from_numpy(cp.asnumpy(lse)), causal=False)

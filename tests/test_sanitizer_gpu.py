@@ -1,0 +1,26 @@
+"""compute-sanitizer memcheck and racecheck on one small case per family."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+CASE = Path(__file__).with_name("sanitize_case.py")
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
+def test_compute_sanitizer_is_clean(tool, family):
+    exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(exe).exists():
+        pytest.skip("compute-sanitizer is not installed here")
+    r = subprocess.run([exe, f"--tool={tool}", "--error-exitcode=1", sys.executable, str(CASE), family],
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    print(out[-4000:])
+    assert "sanitized run done" in out, out[-4000:]
+    assert r.returncode == 0 and "ERROR SUMMARY: 0 errors" in out, out[-4000:]
