@@ -121,8 +121,8 @@ class DecodeConfig(BaseModel):
 
     def _validate_sm80_warps(self, where: str) -> None:
         p = self.pipeline
-        if p.num_qk_stages != 1 or p.num_producer != 1 or p.consumer_arrive != "warp":
-            raise ValueError(f"{where}.pipeline: the sm80 kernel uses one cp.async producer warp, "
+        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4) or p.consumer_arrive != "warp":
+            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2 or 4 cp.async producer warps, "
                              "num_qk_stages=1 and per-warp consumer release; got "
                              f"num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}, "
                              f"consumer_arrive={p.consumer_arrive!r}")
@@ -247,7 +247,19 @@ class DecodeConfig(BaseModel):
         b.add("p_tile", self.q_rows * self.p_row_stride)
         b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
         b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
+        b.add("row_offsets", self.block_n * 8, align=16)  # producers' per-row gather offsets
         return b.build()
+
+    @property
+    def rows_per_producer(self) -> int:
+        return self.block_n // self.pipeline.num_producer
+
+    @property
+    def ctas_per_sm(self) -> int:
+        """CTAs that fit on one SM by shared memory (the launch-bounds hint and the split planner use it)."""
+        spec = arch_spec(self.arch)
+        per_sm = spec.max_smem_per_block + 1024  # the SM's carve-out: the per-block limit plus the reserve
+        return max(1, min(4, per_sm // (self.layout.total_bytes + 1024)))
 
     def name_fields(self) -> list[str]:
         fields = [self.family, self.backend, f"h{self.heads_per_cta}", f"p{self.page_size}", f"n{self.block_n}",

@@ -57,7 +57,7 @@ class KernelContract:
 
 
 def _args(*pairs: str) -> tuple[KernelArg, ...]:
-    return tuple(KernelArg(*p.rsplit(" ", 1)) for p in pairs)
+    return tuple(KernelArg(name=p.rsplit(" ", 1)[1], ctype=p.rsplit(" ", 1)[0]) for p in pairs)
 
 
 def _selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> tuple[KernelContract, ...]:

@@ -150,17 +150,16 @@ def _check_out(out, lse, q: TensorArg, out_shape, lse_shape, device_id):
     return out, o, lse, ls
 
 
-def _num_splits(ctas: int, smem_bytes: int, device_id: int) -> int:
+def _num_splits(ctas: int, ctas_per_sm: int, device_id: int) -> int:
     """Splits per sequence so that the grid fills the SMs: a function of shapes and the SM count."""
-    per_sm = max(1, (228 * 1024) // (smem_bytes + 1024))
-    return max(1, min(MAX_SPLITS, (sm_count(device_id) * per_sm) // max(ctas, 1)))
+    return max(1, min(MAX_SPLITS, (sm_count(device_id) * ctas_per_sm) // max(ctas, 1)))
 
 
 def _launch(k: DecodeKernels, *, q, kcache, vcache, bt, sl, out, lse, batch, s_q, num_q_heads, num_kv_heads,
             head_blocks, softmax_scale, causal, stream, device_id):
     cfg = k.variant.config
     main = k.variant.main_kernel
-    splits = _num_splits(head_blocks * batch, main.dynamic_smem_bytes, device_id)
+    splits = _num_splits(head_blocks * batch, cfg.ctas_per_sm, device_id)
     like = q.obj
     plan = _empty(like, (batch, 2), "int32", device_id)
     plan_ptr = device_view(plan, "split_plan", device_id=device_id).ptr

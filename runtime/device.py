@@ -30,10 +30,12 @@ def device(device_id: int = 0):
     return dev
 
 
+@lru_cache(maxsize=None)
 def device_arch(device_id: int = 0) -> str:
     major, minor = device(device_id).compute_capability
     return nvidia_arch_for_capability(major, minor)
 
 
+@lru_cache(maxsize=None)
 def sm_count(device_id: int = 0) -> int:
     return device(device_id).properties.multiprocessor_count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from functools import lru_cache
 from dataclasses import dataclass
 
 from .compiler import CompiledKernel
@@ -81,6 +82,13 @@ def load(compiled: CompiledKernel, symbol: str, dynamic_smem: int, device_id: in
         return loaded
 
 
+@lru_cache(maxsize=64)
+def _stream_from_handle(handle: int):
+    from cuda.core import Stream
+
+    return Stream.from_handle(handle)
+
+
 def resolve_stream(stream, device_id: int = 0):
     """A cuda.core Stream for `stream`: None (the device's default stream), a cuda.core Stream,
     anything with `__cuda_stream__` (torch.cuda.Stream, cupy), or a raw handle as an int."""
@@ -94,6 +102,6 @@ def resolve_stream(stream, device_id: int = 0):
     if hasattr(stream, "__cuda_stream__"):
         return dev.create_stream(stream)
     if isinstance(stream, int):
-        return Stream.from_handle(stream)
+        return _stream_from_handle(stream)
     raise TypeError(f"stream: expected None, a cuda.core Stream, an object with __cuda_stream__ or an "
                     f"int handle, got {type(stream).__name__}")

@@ -18,33 +18,48 @@ def _mla_heads_per_cta(num_heads: int, s_q: int) -> int:
     return hpc
 
 
+def _candidates(family: str, row_groups: int, dv: int):
+    """(col_groups, block_n) in order of preference: more column-group warps first."""
+    cg = max(1, MAX_CONSUMER_WARPS // row_groups)
+    out = []
+    while cg >= 1:
+        if dv % (16 * cg) == 0:
+            if family == "mla_decode":
+                out.append((cg, max(32, 16 * cg)))
+            else:
+                out += [(cg, bn) for bn in (64, 32, 128) if bn % (16 * cg) == 0]
+        cg //= 2
+    return out
+
+
 @lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int) -> DecodeConfig:
     """The sm80-backend config for these shapes. `heads` is H for MLA and Hq / Hkv for GQA.
 
-    Picks heads per CTA, the consumer-warp grid, keys per tile and the deepest ring that fits.
+    Picks heads per CTA, the warp grid, keys per tile and the ring depth: GQA prefers two CTAs per
+    SM (more independent loads in flight), MLA the deepest ring one CTA can hold.
     """
     if family == "mla_decode":
         hpc, dqk, dv = _mla_heads_per_cta(heads, s_q), 576, 512
     else:
         hpc, dqk, dv = heads, head_dim, head_dim
-    rows = -(-hpc * s_q // 16) * 16
-    row_groups = rows // 16
-    col_groups = max(1, MAX_CONSUMER_WARPS // row_groups)
-    while col_groups > 1 and (dv // (16 * col_groups) == 0 or dv % (16 * col_groups)):
-        col_groups //= 2
-    if family == "mla_decode":
-        col_groups = min(col_groups, 4)  # 4 x 16 keys: a 64-key tile; wider would not fit two stages
-    block_n = max(64 if family == "gqa_decode" else 32, 16 * col_groups)
+    row_groups = -(-hpc * s_q // 16)
     base = dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
-                page_size=page_size, block_n=block_n, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q)
+                page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q)
+    want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err = None
-    for stages in (6, 5, 4, 3, 2):
-        try:
-            return build(DecodeConfig, {**base, "pipeline": {"num_kv_stages": stages,
-                                                            "num_consumer": row_groups * col_groups}})
-        except ConfigError as err:
-            last_err = err
+    for ctas in want_ctas:
+        for cg, bn in _candidates(family, row_groups, dv):
+            warps = row_groups * cg
+            for stages in (6, 5, 4, 3, 2):
+                try:
+                    cfg = build(DecodeConfig, {**base, "block_n": bn, "pipeline": {
+                        "num_kv_stages": stages, "num_consumer": warps, "num_producer": 2 if warps >= 4 else 1}})
+                except ConfigError as err:
+                    last_err = err
+                    continue
+                if cfg.ctas_per_sm >= ctas:
+                    return cfg
     raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "
                       f"page_size={page_size} on {arch}: {last_err}")

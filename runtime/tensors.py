@@ -42,6 +42,12 @@ def device_view(obj, arg: str, *, dtype: str | tuple[str, ...] | None = None, nd
     allowed = (dtype,) if isinstance(dtype, str) else dtype
     if allowed is not None and name not in allowed:
         raise TypeError(f"{arg}: dtype must be {' or '.join(allowed)}, got {name}")
+    if type(obj).__module__.startswith("torch"):  # fast path: the same facts, without a DLPack round trip
+        if not obj.is_cuda:
+            raise ValueError(f"{arg}: must live on a CUDA device, found a host array")
+        shape, strides = tuple(obj.shape), tuple(obj.stride())
+        return _checked(obj, arg, name, int(obj.data_ptr()), shape, strides, obj.device.index, ndim, device_id,
+                        contiguous)
     try:
         make = getattr(StridedMemoryView, "from_any_interface", None)  # cuda.core >= 1.2.x
         view = make(obj, stream_ptr=-1) if make else StridedMemoryView(obj, stream_ptr=-1)
@@ -50,15 +56,19 @@ def device_view(obj, arg: str, *, dtype: str | tuple[str, ...] | None = None, nd
         raise TypeError(f"{arg}: cannot be viewed as a CUDA array: {err}") from None
     if not view.is_device_accessible or view.device_id < 0:
         raise ValueError(f"{arg}: must live on a CUDA device, found a host array")
-    if device_id is not None and view.device_id != device_id:
-        raise ValueError(f"{arg}: is on device {view.device_id}, expected device {device_id}")
+    return _checked(obj, arg, name, int(view.ptr), shape, strides, int(view.device_id), ndim, device_id, contiguous)
+
+
+def _checked(obj, arg, name, ptr, shape, strides, dev, ndim, device_id, contiguous) -> TensorArg:
+    if device_id is not None and dev != device_id:
+        raise ValueError(f"{arg}: is on device {dev}, expected device {device_id}")
     ranks = (ndim,) if isinstance(ndim, int) else ndim
     if ranks is not None and len(shape) not in ranks:
         raise ValueError(f"{arg}: expected {' or '.join(map(str, ranks))} dimensions, got shape {shape}")
     if contiguous and not is_c_contiguous(shape, strides):
         raise ValueError(f"{arg}: must be C-contiguous (kvforge never copies behind your back), got shape "
                          f"{shape} strides {strides}")
-    return TensorArg(arg, int(view.ptr), shape, name, int(view.device_id), obj)
+    return TensorArg(arg, ptr, shape, name, dev, obj)
 
 
 def is_c_contiguous(shape, strides) -> bool:

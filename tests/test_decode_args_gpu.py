@@ -73,8 +73,9 @@ def test_mla_device_strides_and_outputs(mla):
 
     with pytest.raises(ValueError, match=r"^q: must live on a CUDA device"):
         _mla(mla, q=mla.q.cpu())
+    strided = torch.empty(2, 1, 16, 1152, dtype=torch.bfloat16, device="cuda")[..., :576]
     with pytest.raises(ValueError, match=r"^q: must be C-contiguous"):
-        _mla(mla, q=mla.q.transpose(1, 2))
+        _mla(mla, q=strided)
     with pytest.raises(ValueError, match=r"^out: shape must be \(2, 1, 16, 512\)"):
         _mla(mla, out=torch.empty(2, 1, 16, 576, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match=r"^lse: dtype must be fp32"):
@@ -86,7 +87,7 @@ def test_mla_device_strides_and_outputs(mla):
 def test_out_of_range_lengths_and_pages(mla):
     import torch
 
-    with pytest.raises(ValueError, match=r"^cache_seqlens\[1\]=9999: must be in 0..128"):
+    with pytest.raises(ValueError, match=r"^cache_seqlens\[1\]=9999: must be in 0..192 \(block_table has 3 pages of 64 tokens\)"):
         _mla(mla, cache_seqlens=torch.tensor([10, 9999], dtype=torch.int32, device="cuda"))
     with pytest.raises(ValueError, match=r"^cache_seqlens\[0\]=-1"):
         _mla(mla, cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32, device="cuda"))
@@ -98,7 +99,8 @@ def test_out_of_range_lengths_and_pages(mla):
 
 def test_gqa_head_checks(gqa):
     with pytest.raises(ValueError, match=r"^q: 8 query heads is not a multiple of the 3 KV heads"):
-        _gqa(gqa, k_cache=gqa.k[:, :, :3].contiguous(), v_cache=gqa.v[:, :, :3].contiguous())
+        _gqa(gqa, k_cache=gqa.k[:, :, :1].expand(-1, -1, 3, -1).contiguous(),
+             v_cache=gqa.v[:, :, :1].expand(-1, -1, 3, -1).contiguous())
     with pytest.raises(ValueError, match=r"^q: head dim 96; supported: 64, 128, 256"):
         _gqa(gqa, q=gqa.q[..., :96].contiguous())
     with pytest.raises(ValueError, match=r"^v_cache: shape .* must equal k_cache's"):

@@ -98,7 +98,7 @@ def test_mla_long_single_sequence_takes_the_split_path():
     out, lse = _poisoned(case, "mla_decode")
     _run("mla_decode", case, out=out, lse=lse, scale=0.05)
     _check("mla_decode", case, out, lse, causal=False, scale=0.05)
-    assert decode._num_splits(2, 200_000, 0) > 1
+    assert decode._num_splits(2, 1, 0) > 1
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
@@ -158,7 +158,7 @@ def test_cuda_graph_capture_then_replay_with_new_lengths_and_queries(family):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         _run(family, case, out=out, lse=lse)
-    for step, lens in enumerate(([3000, 700], [1, 2500], [0, 3500])):
+    for step, lens in enumerate(([3000, 700], [1, 650], [2999, 0], [64, 1])):  # within each sequence's pages
         new_q = torch.randn(case.q.shape, device="cuda").to(case.q.dtype)
         case.q.copy_(new_q)
         case.seqlens.copy_(torch.tensor(lens, dtype=torch.int32))

@@ -19,8 +19,7 @@ __device__ __forceinline__ u32 smem_addr(const void* p) { return static_cast<u32
 // 16-byte global -> shared copy; `valid == false` writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0)
-               : "memory");
+               "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
