@@ -20,6 +20,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1}
 MLA_DIMS = (576, 512)
 GQA_HEAD_DIMS = (64, 128, 256)
 MMA_M = 16
+MAX_SPLITS = 64  # split-KV chunks per sequence at most (sizes the fp32 workspace)
 MAX_ACC_REGS = 128  # fp32 output accumulator registers per consumer thread we allow
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
 
@@ -251,6 +252,18 @@ class DecodeConfig(BaseModel):
         return b.build()
 
     @property
+    def head_blocks_expr(self) -> str:
+        """Grid x of the main kernel, in C, over num_q_heads / num_kv_heads."""
+        if self.family == "mla_decode":
+            return f"(num_q_heads + {self.heads_per_cta - 1}) / {self.heads_per_cta}"
+        return "num_kv_heads"
+
+    @property
+    def min_keys_per_split(self) -> int:
+        """The split planner never cuts a sequence into chunks shorter than this."""
+        return max(2 * self.block_n, 256)
+
+    @property
     def rows_per_producer(self) -> int:
         return self.block_n // self.pipeline.num_producer
 
@@ -262,7 +275,7 @@ class DecodeConfig(BaseModel):
         return max(1, min(4, per_sm // (self.layout.total_bytes + 1024)))
 
     def name_fields(self) -> list[str]:
-        fields = [self.family, self.backend, f"h{self.heads_per_cta}", f"p{self.page_size}", f"n{self.block_n}",
+        fields = [self.family, self.backend, self.arch.replace("_", ""), f"h{self.heads_per_cta}", f"p{self.page_size}", f"n{self.block_n}",
                   f"q{self.q_dtype}", f"kv{self.kv_dtype.replace('_e4m3', '')}"]
         if self.scale_mode == "per_token_block":
             fields.append(f"sb{self.scale_block_size}")

@@ -61,6 +61,18 @@ def render_variant(variant: Variant) -> str:
     return _normalise(text)
 
 
+def render_launch_header(family: str, variants: list[Variant]) -> str:
+    """The C host launcher header of one decode family over the given variants."""
+    from .decode import MAX_SPLITS
+    from .variant import C_TYPES, combine_threads
+
+    tpl = environment().get_template("cuda/decode_launch.h.j2")
+    digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
+    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, c_types=C_TYPES,
+                      max_splits=MAX_SPLITS, combine_threads=combine_threads)
+    return _normalise(text)
+
+
 def shared_headers(language: str = "cuda") -> dict[str, str]:
     """relpath under include/ -> header text with its banner."""
     root = HEADER_DIRS[language]

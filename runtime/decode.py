@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kvforge.codegen.decode import DecodeConfig
+from kvforge.codegen.decode import MAX_SPLITS, DecodeConfig
 from kvforge.codegen.variant import Variant
 
 from .compiler import compile
@@ -27,7 +27,6 @@ MLA_DQK, MLA_DV = 576, 512
 GQA_HEAD_DIMS = (64, 128, 256)
 PAGE_SIZES = (16, 32, 64, 128)
 MAX_S_Q = 8
-MAX_SPLITS = 64
 LOG2E = 1.4426950408889634
 
 
@@ -169,7 +168,7 @@ def _launch(k: DecodeKernels, *, q, kcache, vcache, bt, sl, out, lse, batch, s_q
         part_lse = _empty(like, (batch * splits * s_q * num_q_heads,), "fp32", device_id)
         part_o_ptr, part_lse_ptr = (device_view(x, "workspace", device_id=device_id).ptr for x in (part_o, part_lse))
     st = resolve_stream(_default_stream(like, stream), device_id)
-    min_keys = max(2 * cfg.block_n, 256)
+    min_keys = cfg.min_keys_per_split
     k.plan.launch((math.ceil(batch / 256), 1, 1), (256, 1, 1), 0, st, sl.ptr, plan_ptr, np.int32(batch),
                   np.int32(splits), np.int32(min_keys))
     k.main.launch((head_blocks, batch, splits), main.block, main.dynamic_smem_bytes, st,

@@ -41,7 +41,7 @@ def test_compile_arch_filter_and_cache_commands(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "sm_80" in out and "sm_90 " not in out
     assert main(["cache", "info"]) == 0
-    assert "entries: 4" in capsys.readouterr().out
+    assert f"entries: {sum(v.arch == 'sm_80' for v in load_matrix())}" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert main(["cache", "info"]) == 0
     assert "entries: 0" in capsys.readouterr().out
@@ -59,7 +59,7 @@ def test_demo_without_a_gpu_generates_and_compiles(tmp_path, monkeypatch, capsys
         pytest.skip("this machine has a GPU: the demo also runs kernels (covered by the gpu suite)")
     assert main(["demo", "--out", str(tmp_path / "g")]) == 0
     out = capsys.readouterr().out
-    assert "compiled 42 CUDA variants" in out and "not run" in out
+    assert f"compiled {len(load_matrix())} CUDA variants" in out and "not run" in out
 
 
 def test_generated_sources_compile_with_plain_nvcc():

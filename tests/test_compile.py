@@ -57,7 +57,7 @@ def test_a_cold_compile_takes_under_3_seconds(tmp_path):
 
 
 def test_a_compile_error_names_the_variant_arch_and_offending_lines(tmp_path):
-    v = load_matrix()[0]
+    v = next(v for v in load_matrix() if v.family == "pipeline_selftest")
     broken = render_variant(v).replace("unsigned int acc = 0;", "unsigned int acc = undeclared_thing;")
     with pytest.raises(CompileError) as exc:
         compile_source(v.name, v.arch, broken, cache=KernelCache(tmp_path))
@@ -73,3 +73,37 @@ def test_debug_builds_are_separate_cache_entries_with_bounded_waits(tmp_path):
     cache = KernelCache(tmp_path)
     release, debug = compile(v, cache=cache), compile(v, debug=True, cache=cache)
     assert release.cubin != debug.cubin and len(cache.entries()) == 2
+
+
+decode_dicts = st.fixed_dictionaries({
+    "family": st.sampled_from(["mla_decode", "gqa_decode"]),
+    "backend": st.just("sm80"),
+    "arch": st.sampled_from(["sm_80", "sm_86", "sm_90"]),
+    "head_dim": st.sampled_from([64, 128, 256]),
+    "heads_per_cta": st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+    "page_size": st.sampled_from([16, 32, 64, 128]),
+    "block_n": st.sampled_from([16, 32, 64, 128]),
+    "dtype": st.sampled_from(["bf16", "fp16"]),
+    "max_s_q": st.integers(1, 8),
+    "pipeline": st.fixed_dictionaries({
+        "num_kv_stages": st.integers(2, 6),
+        "num_producer": st.sampled_from([1, 2, 4]),
+        "num_consumer": st.sampled_from([1, 2, 4, 8]),
+    }),
+})
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(decode_dicts)
+def test_every_accepted_decode_config_renders_and_compiles(tmp_path_factory, data):
+    d = dict(data)
+    dim, dtype = d.pop("head_dim"), d.pop("dtype")
+    dims = (576, 512) if d["family"] == "mla_decode" else (dim, dim)
+    d.update(head_dim_qk=dims[0], head_dim_v=dims[1], q_dtype=dtype, kv_dtype=dtype)
+    try:
+        variant = variant_from_dict(d)
+    except ConfigError:
+        assume(False)
+        return
+    k = compile(variant, cache=KernelCache(tmp_path_factory.mktemp("c")))
+    assert k.cubin[:4] == b"\x7fELF" and k.resources.registers > 0

@@ -59,7 +59,9 @@ def test_matrix_lists_expand_as_a_product_at_any_depth():
 def test_filter_matches_substrings_and_globs():
     vs = load_matrix()
     assert all("_tx_" in v.name for v in filter_variants(vs, "_tx_"))
-    assert filter_variants(vs, "kvforge_pipeline_selftest_sm80_*") == [v for v in vs if v.arch == "sm_80"]
+    assert filter_variants(vs, "kvforge_pipeline_selftest_sm80_*") == [
+        v for v in vs if v.arch == "sm_80" and v.family == "pipeline_selftest"]
+    assert {v.family for v in filter_variants(vs, "mla")} == {"mla_decode"}
 
 
 def test_a_user_matrix_file_generates_its_own_tree(tmp_path):
