@@ -133,9 +133,9 @@ class DecodeConfig(BaseModel):
                              f"{rg} row groups of 16 query rows (heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q}); use a multiple of {rg}")
         cg = p.num_consumer // rg
-        if self.block_n % (16 * cg):
-            raise ValueError(f"{where}.block_n={self.block_n}: {cg} column-group warps each take a multiple "
-                             f"of 16 keys; use a multiple of {16 * cg}")
+        if self.block_n % (8 * cg) or (self.block_n // cg > 8 and self.block_n // cg % 16):
+            raise ValueError(f"{where}.block_n={self.block_n}: {cg} column-group warps each take 8 keys or a "
+                             f"multiple of 16; use a multiple of {16 * cg} or exactly {8 * cg}")
         if self.head_dim_v % (16 * cg):
             raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: {cg} column groups must split "
                              f"head_dim_v={self.head_dim_v} into multiples of 16")

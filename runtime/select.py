@@ -20,14 +20,13 @@ def _mla_heads_per_cta(num_heads: int, s_q: int) -> int:
 
 def _candidates(family: str, row_groups: int, dv: int):
     """(col_groups, block_n) in order of preference: more column-group warps first."""
-    cg = max(1, MAX_CONSUMER_WARPS // row_groups)
+    cg = max(1, min(4, MAX_CONSUMER_WARPS // row_groups))
     out = []
+    sizes = (32, 64) if family == "mla_decode" else (64, 32, 128)
     while cg >= 1:
         if dv % (16 * cg) == 0:
-            if family == "mla_decode":
-                out.append((cg, max(32, 16 * cg)))
-            else:
-                out += [(cg, bn) for bn in (64, 32, 128) if bn % (16 * cg) == 0]
+            # each warp takes 8 keys of the tile, or a multiple of 16
+            out += [(cg, bn) for bn in sizes if bn % (8 * cg) == 0 and (bn // cg == 8 or bn // cg % 16 == 0)]
         cg //= 2
     return out
 

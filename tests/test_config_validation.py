@@ -67,7 +67,7 @@ INVALID = [
     (DecodeConfig, dict(MLA, pipeline={"num_kv_stages": 2, "num_consumer": 32}), ["num_consumer=32", "less than or equal to 16"]),
     (DecodeConfig, dict(MLA, heads_per_cta=64, pipeline={"num_kv_stages": 2, "num_consumer": 6}),
      ["num_consumer=6", "4 row groups", "multiple of 4"]),
-    (DecodeConfig, dict(MLA, block_n=32), ["block_n=32", "4 column-group warps", "multiple of 64"]),
+    (DecodeConfig, dict(MLA, block_n=16), ["block_n=16", "4 column-group warps", "multiple of 64 or exactly 32"]),
     (DecodeConfig, dict(MLA, pipeline={"num_kv_stages": 2, "num_consumer": 4, "num_producer": 3}),
      ["1, 2 or 4 cp.async producer warps", "num_producer=3"]),
     (DecodeConfig, dict(CDNA, pipeline=PIPE), ["pipeline", "set kv_buffers"]),

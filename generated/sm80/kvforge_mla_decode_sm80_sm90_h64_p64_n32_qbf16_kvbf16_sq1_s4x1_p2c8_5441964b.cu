@@ -95,6 +95,26 @@ __device__ __forceinline__ void load_kv_tile(unsigned char* stage, const T* k_ca
 }
 }  // namespace
 
+// One k16 step of S[16 x keys] += Q[rows, k0..k0+15] K[keys, k0..k0+15]^T.
+__device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const unsigned char* q_smem,
+                                        const unsigned char* stage, int row0, int key0, int k0) {
+  u32 a[4];
+  tile::load_a(a, q_smem, kQStride, row0, k0);
+  if constexpr (kKeysPerWarp == 8) {
+    u32 bk[2];
+    tile::load_b_kt_x2(bk, stage, kKVStride, key0, k0);
+    Mma::mma(s[0], a, bk[0], bk[1]);
+  } else {
+#pragma unroll
+    for (int n = 0; n < kKeysPerWarp; n += 16) {
+      u32 bk[4];
+      tile::load_b_kt(bk, stage, kKVStride, key0 + n, k0);
+      Mma::mma(s[n / 8], a, bk[0], bk[1]);
+      Mma::mma(s[n / 8 + 1], a, bk[2], bk[3]);
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 kvforge_mla_decode_sm80_sm90_h64_p64_n32_qbf16_kvbf16_sq1_s4x1_p2c8_5441964b_plan(const int* __restrict__ seqlens, int* __restrict__ split_plan, int batch, int num_splits,
               int min_keys_per_split) {
@@ -184,22 +204,22 @@ kvforge_mla_decode_sm80_sm90_h64_p64_n32_qbf16_kvbf16_sq1_s4x1_p2c8_5441964b(con
     const unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
     const int key0 = key_begin + t * kBN + cg * kKeysPerWarp;
 
-    // S = Q K^T over this warp's keys
-    float s[kKeysPerWarp / 8][4];
-    for (int i = 0; i < kKeysPerWarp / 8; ++i)
-      for (int e = 0; e < 4; ++e) s[i][e] = 0.f;
-#pragma unroll 4
-    for (int k0 = 0; k0 < kDqk; k0 += 16) {
-      u32 a[4];
-      tile::load_a(a, q_smem, kQStride, rg * 16, k0);
+    // S = Q K^T over this warp's keys: even and odd k steps accumulate apart (two independent
+    // mma chains), then add
+    float s[kKeysPerWarp / 8][4], s_odd[kKeysPerWarp / 8][4];
 #pragma unroll
-      for (int n = 0; n < kKeysPerWarp; n += 16) {
-        u32 bk[4];
-        tile::load_b_kt(bk, stage, kKVStride, cg * kKeysPerWarp + n, k0);
-        Mma::mma(s[n / 8], a, bk[0], bk[1]);
-        Mma::mma(s[n / 8 + 1], a, bk[2], bk[3]);
-      }
+    for (int i = 0; i < kKeysPerWarp / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kDqk; k0 += 32) {
+      qk_step(s, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0);
+      qk_step(s_odd, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0 + 16);
     }
+#pragma unroll
+    for (int i = 0; i < kKeysPerWarp / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] += s_odd[i][e];
 
     // online softmax: scale, mask, row max across the row group's warps
     float mx[2] = {neg_inf(), neg_inf()};

@@ -78,6 +78,15 @@ __device__ __forceinline__ void load_b_kt(u32 (&b)[4], const unsigned char* tile
   ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
 }
 
+// B fragment of one n8 tile for S = A * K^T: keys n0..n0+7, dims k0..k0+15.
+__device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void load_b_kt_x2(u32 (&b)[2], const unsigned char* tile, int stride, int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x2(b, tile + (n0 + (lane & 7)) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+}
+
 // B fragments of two n8 tiles for O = P * V, V row-major [key][dim]: keys k0..k0+15, dims n0..n0+15.
 // b[0], b[1]: dims n0..n0+7; b[2], b[3]: dims n0+8..n0+15.
 __device__ __forceinline__ void load_b_v(u32 (&b)[4], const unsigned char* tile, int stride, int k0, int n0) {
