@@ -74,7 +74,8 @@ def test_debug_build_traps_with_a_message_instead_of_hanging(tmp_path):
         from kvforge.codegen.render import render_variant
         from kvforge.runtime.compiler import compile_source
         from kvforge.runtime.launch import load
-        v = next(v for v in load_matrix() if v.arch == "sm_90" and v.config.fill == "arrive")
+        v = next(v for v in load_matrix()
+                 if v.family == "pipeline_selftest" and v.arch == "sm_90" and v.config.fill == "arrive")
         src = render_variant(v)
         bad = src.replace("using Ring = kvforge::KVRing<{k}, kNumQKStages, {f},".format(
             k=v.config.pipeline.num_kv_stages, f=v.config.pipeline.full_arrive_count),
