@@ -122,8 +122,8 @@ class DecodeConfig(BaseModel):
 
     def _validate_sm80_warps(self, where: str) -> None:
         p = self.pipeline
-        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4) or p.consumer_arrive != "warp":
-            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2 or 4 cp.async producer warps, "
+        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8) or p.consumer_arrive != "warp":
+            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps, "
                              "num_qk_stages=1 and per-warp consumer release; got "
                              f"num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}, "
                              f"consumer_arrive={p.consumer_arrive!r}")
@@ -133,6 +133,11 @@ class DecodeConfig(BaseModel):
                              f"{rg} row groups of 16 query rows (heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q}); use a multiple of {rg}")
         cg = p.num_consumer // rg
+        rows_per_pass = 32 // min(32, self.head_dim_qk * 2 // 16)
+        if self.block_n % (p.num_producer * rows_per_pass):
+            raise ValueError(f"{where}.block_n={self.block_n}: {p.num_producer} producer warps each load rows in "
+                             f"passes of {rows_per_pass}; use a multiple of {p.num_producer * rows_per_pass} or "
+                             "fewer producers")
         if self.block_n % (8 * cg) or (self.block_n // cg > 8 and self.block_n // cg % 16):
             raise ValueError(f"{where}.block_n={self.block_n}: {cg} column-group warps each take 8 keys or a "
                              f"multiple of 16; use a multiple of {16 * cg} or exactly {8 * cg}")
@@ -249,7 +254,27 @@ class DecodeConfig(BaseModel):
         b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
         b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
         b.add("row_offsets", self.block_n * 8, align=16)  # producers' per-row gather offsets
+        # depth-split QK: each warp's fp32 partial S [q_rows][block_n] (rows padded by 16 B)
+        b.add("s_part", self.col_groups * self.q_rows * self.s_part_stride * 4 if self.qk_depth_split else 0,
+              align=16)
         return b.build()
+
+    @property
+    def qk_depth_split(self) -> bool:
+        """sm80 MLA: a row group's warps split QK by depth, keeping their Q slice in registers
+        (no Q reloads from SMEM per tile), when those registers fit beside the accumulators."""
+        if self.backend != "sm80" or self.family != "mla_decode" or self.col_groups == 1:
+            return False
+        q_regs = self.head_dim_qk // self.col_groups // 16 * 4
+        return self.head_dim_qk % (16 * self.col_groups) == 0 and q_regs + self.acc_regs_per_thread <= 112
+
+    @property
+    def depth_per_warp(self) -> int:
+        return self.head_dim_qk // self.col_groups if self.qk_depth_split else self.head_dim_qk
+
+    @property
+    def s_part_stride(self) -> int:
+        return self.block_n + 4
 
     @property
     def head_blocks_expr(self) -> str:

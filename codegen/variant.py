@@ -144,9 +144,12 @@ class Variant:
                 "producer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_producer,
                 "consumer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_consumer,
             }
+        chunks = cfg.head_dim_qk * 2 // 16
         return {
             "c_type": C_TYPES[cfg.q_dtype],
-            "chunks_per_row": cfg.head_dim_qk * 2 // 16,
+            "chunks_per_row": chunks,
+            "lanes_per_row": min(32, chunks),
+            "col_iters": -(-chunks // 32),
             "combine_threads": combine_threads(cfg),
         }
 

@@ -182,6 +182,23 @@ def _launch(k: DecodeKernels, *, q, kcache, vcache, bt, sl, out, lse, batch, s_q
     return splits
 
 
+def _check_config(cfg, family, dev, dtype, page_size, head_dim, s_q, group) -> None:
+    """A pinned config must match the call's shapes and run on the device."""
+    from .demo import runs_on
+
+    want = {"family": family, "q_dtype": dtype, "kv_dtype": dtype, "page_size": page_size,
+            "head_dim_qk": head_dim, "backend": "sm80"}
+    if group is not None:
+        want["heads_per_cta"] = group
+    for field, value in want.items():
+        if getattr(cfg, field) != value:
+            raise ValueError(f"config.{field}={getattr(cfg, field)!r} does not fit this call, which needs {value!r}")
+    if cfg.max_s_q < s_q:
+        raise ValueError(f"config.max_s_q={cfg.max_s_q} is below this call's s_q={s_q}")
+    if not runs_on(cfg.arch, device_arch(dev)):
+        raise ValueError(f"config.arch={cfg.arch!r} does not run on this {device_arch(dev)} device")
+
+
 def _scalar_scale(name: str, value, kv_dtype: str) -> None:
     if value is not None:
         raise ValueError(f"{name}: scales apply to fp8_e4m3 KV caches only; this cache is {kv_dtype} "
@@ -189,13 +206,14 @@ def _scalar_scale(name: str, value, kv_dtype: str) -> None:
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
-               out=None, lse=None, stream=None, check_inputs: bool = True):
+               out=None, lse=None, stream=None, check_inputs: bool = True, config: DecodeConfig | None = None):
     """DeepSeek-style MLA decode over a paged latent cache.
 
     q [B, s_q, H, 576] bf16/fp16; kv_cache [num_pages, page_size, 576] (or [.., 1, 576]), same dtype;
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out [B, s_q, H, 512],
     lse [B, H, s_q] fp32, natural log). `check_inputs=False` skips the host-side range check of the
     lengths and block table (it syncs; it is skipped automatically during graph capture).
+    `config` pins the variant instead of the built-in choice; it must fit the shapes.
     """
     qa = device_view(q, "q", dtype=("bf16", "fp16"), ndim=4)
     dev = qa.device_id
@@ -226,8 +244,9 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
     if check_inputs and not _is_capturing(q):
         _check_lengths(sl, bt, num_pages, page_size)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(MLA_DQK)
-    cfg = select_decode_config("mla_decode", device_arch(dev), qa.dtype, page_size, heads=heads, head_dim=MLA_DQK,
-                               s_q=s_q)
+    cfg = config or select_decode_config("mla_decode", device_arch(dev), qa.dtype, page_size, heads=heads,
+                                         head_dim=MLA_DQK, s_q=s_q)
+    _check_config(cfg, "mla_decode", dev, qa.dtype, page_size, MLA_DQK, s_q, None)
     k = decode_kernels(cfg, dev)
     _launch(k, q=qa, kcache=kv, vcache=kv, bt=bt, sl=sl, out=oa, lse=la, batch=batch, s_q=s_q,
             num_q_heads=heads, num_kv_heads=1, head_blocks=-(-heads // cfg.heads_per_cta),
@@ -236,13 +255,14 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
-               v_scale=None, out=None, lse=None, stream=None, check_inputs: bool = True):
+               v_scale=None, out=None, lse=None, stream=None, check_inputs: bool = True,
+               config: DecodeConfig | None = None):
     """MHA/GQA/MQA decode over paged K and V caches.
 
     q [B, Hq, D] or [B, s_q, Hq, D] bf16/fp16 with D in {64, 128, 256}; k_cache, v_cache
     [num_pages, page_size, Hkv, D], same dtype, Hq % Hkv == 0 and Hq / Hkv in {1, 2, 4, 8, 16};
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out shaped like q,
-    lse [B, Hq, s_q] fp32, natural log).
+    lse [B, Hq, s_q] fp32, natural log). `check_inputs` and `config` as for mla_decode.
     """
     qa = device_view(q, "q", dtype=("bf16", "fp16"), ndim=(3, 4))
     dev = qa.device_id
@@ -285,7 +305,9 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
     if check_inputs and not _is_capturing(q):
         _check_lengths(sl, bt, num_pages, page_size)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-    cfg = select_decode_config("gqa_decode", device_arch(dev), qa.dtype, page_size, heads=group, head_dim=d, s_q=s_q)
+    cfg = config or select_decode_config("gqa_decode", device_arch(dev), qa.dtype, page_size, heads=group,
+                                         head_dim=d, s_q=s_q)
+    _check_config(cfg, "gqa_decode", dev, qa.dtype, page_size, d, s_q, group)
     k = decode_kernels(cfg, dev)
     _launch(k, q=qa, kcache=ka, vcache=va, bt=bt, sl=sl, out=oa, lse=la, batch=batch, s_q=s_q,
             num_q_heads=hq, num_kv_heads=hkv, head_blocks=hkv, softmax_scale=scale, causal=causal,

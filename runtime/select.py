@@ -52,13 +52,14 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         for cg, bn in _candidates(family, row_groups, dv):
             warps = row_groups * cg
             for stages in (6, 5, 4, 3, 2):
-                try:
-                    cfg = build(DecodeConfig, {**base, "block_n": bn, "pipeline": {
-                        "num_kv_stages": stages, "num_consumer": warps, "num_producer": 2 if warps >= 4 else 1}})
-                except ConfigError as err:
-                    last_err = err
-                    continue
-                if cfg.ctas_per_sm >= ctas:
-                    return cfg
+                for producers in (4, 2, 1):  # cp.async issue is per warp: four producers keep HBM busy
+                    try:
+                        cfg = build(DecodeConfig, {**base, "block_n": bn, "pipeline": {
+                            "num_kv_stages": stages, "num_consumer": warps, "num_producer": producers}})
+                    except ConfigError as err:
+                        last_err = err
+                        continue
+                    if cfg.ctas_per_sm >= ctas:
+                        return cfg
     raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "
                       f"page_size={page_size} on {arch}: {last_err}")

@@ -30,6 +30,9 @@ constexpr int kConsumerWarps = 2;
 constexpr int kConsumerThreads = 32 * kConsumerWarps;
 constexpr int kProducers = 1;
 constexpr int kRowsPerProducer = 32;
+constexpr int kLanesPerRow = 32;
+constexpr int kRowsPerPass = 32 / kLanesPerRow;
+constexpr int kColIters = 3;
 constexpr int kThreads = 96;
 constexpr int kQStride = 1168;
 constexpr int kKVStride = 1168;
@@ -44,6 +47,11 @@ constexpr int kOffP = 130944;
 constexpr int kOffRedMax = 132224;
 constexpr int kOffRedSum = 132352;
 constexpr int kOffRowOffsets = 132480;
+constexpr bool kQKDepthSplit = false;
+constexpr int kDepthPerWarp = 576;
+constexpr int kQSteps = kDepthPerWarp / 16;
+constexpr int kSPartStride = 36;  // floats per row of the partial-S exchange
+constexpr int kOffSPart = 132736;
 constexpr int kBarAllConsumers = 1;  // named barrier ids; row group r uses kBarRowGroup0 + r
 constexpr int kBarRowGroup0 = 2;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -81,15 +89,22 @@ __device__ __forceinline__ void load_kv_tile(unsigned char* stage, const T* k_ca
                              : -1;
   }
   __syncwarp();
-#pragma unroll 4
-  for (int idx = lane; idx < kRowsPerProducer * kChunksPerRow; idx += 32) {
-    const int i = idx / kChunksPerRow, c = idx - i * kChunksPerRow;
+  // kLanesPerRow lanes cover a row's 16-byte chunks (kColIters passes when a row has more than 32)
+  const int lane_col = lane % kLanesPerRow;
+#pragma unroll 2
+  for (int i = lane / kLanesPerRow; i < kRowsPerProducer; i += kRowsPerPass) {
     const long long off = row_off[i];
     const bool valid = off >= 0;
-    const long long src = (valid ? off : 0) + c * 8;
-    const int dst = (pw + i * kProducers) * kKVStride + c * 16;
-    tile::cp_async_16(stage + dst, k_cache + src, valid);
-    if constexpr (!kIsMLA) tile::cp_async_16(stage + kVOffset + dst, v_cache + src, valid);
+    const long long src = valid ? off : 0;
+    unsigned char* dst = stage + (pw + i * kProducers) * kKVStride;
+#pragma unroll
+    for (int ci = 0; ci < kColIters; ++ci) {
+      const int c = lane_col + ci * 32;
+      if (kChunksPerRow % 32 == 0 || c < kChunksPerRow) {
+        tile::cp_async_16(dst + c * 16, k_cache + src + c * 8, valid);
+        if constexpr (!kIsMLA) tile::cp_async_16(dst + kVOffset + c * 16, v_cache + src + c * 8, valid);
+      }
+    }
   }
   __syncwarp();  // row_off is rewritten for the next tile
 }
@@ -185,6 +200,14 @@ kvforge_mla_decode_sm80_sm80_h16_p64_n32_qbf16_kvbf16_sq1_s3x1_p1c2_8b9e81ca(con
   tile::cp_async_wait_all();
   tile::named_sync(kBarAllConsumers, kConsumerThreads);
 
+  // Depth-split QK: this warp's Q fragments (rows rg*16.., depth slice cg) stay in registers.
+  u32 qf[kQKDepthSplit ? kQSteps : 1][4];
+  if constexpr (kQKDepthSplit) {
+#pragma unroll
+    for (int s = 0; s < kQSteps; ++s) tile::load_a(qf[s], q_smem, kQStride, rg * 16, cg * kDepthPerWarp + s * 16);
+  }
+  float* s_part = reinterpret_cast<float*>(smem + kOffSPart);
+
   const int g = lane / 4, tq = lane % 4;
   const int row[2] = {rg * 16 + g, rg * 16 + g + 8};
   int last_key[2];  // the last key each of this thread's two rows may see
@@ -204,22 +227,65 @@ kvforge_mla_decode_sm80_sm80_h16_p64_n32_qbf16_kvbf16_sq1_s3x1_p1c2_8b9e81ca(con
     const unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
     const int key0 = key_begin + t * kBN + cg * kKeysPerWarp;
 
-    // S = Q K^T over this warp's keys: even and odd k steps accumulate apart (two independent
-    // mma chains), then add
-    float s[kKeysPerWarp / 8][4], s_odd[kKeysPerWarp / 8][4];
+    float s[kKeysPerWarp / 8][4];
+    if constexpr (kQKDepthSplit) {
+      // S partial over this warp's depth slice for all kBN keys (kBN / 8 independent chains),
+      // summed across the row group through SMEM; then each warp keeps its key slice.
+      float sp[kBN / 8][4];
 #pragma unroll
-    for (int i = 0; i < kKeysPerWarp / 8; ++i)
+      for (int i = 0; i < kBN / 8; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
+        for (int e = 0; e < 4; ++e) sp[i][e] = 0.f;
+#pragma unroll
+      for (int st = 0; st < kQSteps; ++st) {
+#pragma unroll
+        for (int n = 0; n < kBN; n += 16) {
+          u32 bk[4];
+          tile::load_b_kt(bk, stage, kKVStride, n, cg * kDepthPerWarp + st * 16);
+          Mma::mma(sp[n / 8], qf[st], bk[0], bk[1]);
+          Mma::mma(sp[n / 8 + 1], qf[st], bk[2], bk[3]);
+        }
+      }
+      float* mine = s_part + cg * kQRows * kSPartStride;
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        *reinterpret_cast<float2*>(mine + row[0] * kSPartStride + i * 8 + 2 * tq) = make_float2(sp[i][0], sp[i][1]);
+        *reinterpret_cast<float2*>(mine + row[1] * kSPartStride + i * 8 + 2 * tq) = make_float2(sp[i][2], sp[i][3]);
+      }
+      tile::named_sync(bar_rg, kColGroups * 32);
+#pragma unroll
+      for (int i = 0; i < kKeysPerWarp / 8; ++i) {
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        const int col = cg * kKeysPerWarp + i * 8 + 2 * tq;
+#pragma unroll
+        for (int c = 0; c < kColGroups; ++c) {
+          const float* part = s_part + c * kQRows * kSPartStride;
+          const float2 lo = *reinterpret_cast<const float2*>(part + row[0] * kSPartStride + col);
+          const float2 hi = *reinterpret_cast<const float2*>(part + row[1] * kSPartStride + col);
+          s[i][0] += lo.x;
+          s[i][1] += lo.y;
+          s[i][2] += hi.x;
+          s[i][3] += hi.y;
+        }
+      }
+    } else {
+      // S = Q K^T over this warp's keys: even and odd k steps accumulate apart (two independent
+      // mma chains), then add
+      float s_odd[kKeysPerWarp / 8][4];
+#pragma unroll
+      for (int i = 0; i < kKeysPerWarp / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
 #pragma unroll 2
-    for (int k0 = 0; k0 < kDqk; k0 += 32) {
-      qk_step(s, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0);
-      qk_step(s_odd, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0 + 16);
+      for (int k0 = 0; k0 < kDqk; k0 += 32) {
+        qk_step(s, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0);
+        qk_step(s_odd, q_smem, stage, rg * 16, cg * kKeysPerWarp, k0 + 16);
+      }
+#pragma unroll
+      for (int i = 0; i < kKeysPerWarp / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][e] += s_odd[i][e];
     }
-#pragma unroll
-    for (int i = 0; i < kKeysPerWarp / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[i][e] += s_odd[i][e];
 
     // online softmax: scale, mask, row max across the row group's warps
     float mx[2] = {neg_inf(), neg_inf()};
