@@ -199,10 +199,41 @@ def _check_config(cfg, family, dev, dtype, page_size, head_dim, s_q, group) -> N
         raise ValueError(f"config.arch={cfg.arch!r} does not run on this {device_arch(dev)} device")
 
 
+def _check_kv_dtype(t: TensorArg, q_dtype: str) -> None:
+    if t.dtype != q_dtype:
+        if t.dtype == "fp8_e4m3":
+            raise TypeError(f"{t.name}: fp8_e4m3 KV needs the sm90 backend, which has not landed; use bf16/fp16")
+        raise TypeError(f"{t.name}: dtype must match q ({q_dtype}), got {t.dtype}")
+
+
 def _scalar_scale(name: str, value, kv_dtype: str) -> None:
     if value is not None:
         raise ValueError(f"{name}: scales apply to fp8_e4m3 KV caches only; this cache is {kv_dtype} "
                          "(fp8 KV arrives with the sm90 backend)")
+
+
+def _checked_call(family, q, qa: TensorArg, kc: TensorArg, vc: TensorArg, block_table, cache_seqlens, out, lse, *,
+                  out_shape, lse_shape, head_dim, select_heads, num_q_heads, num_kv_heads, softmax_scale, causal,
+                  stream, check_inputs, config):
+    """The part both families share once their own shapes are checked: the common arguments,
+    outputs and lengths, the variant, and the launch."""
+    dev, batch = qa.device_id, qa.shape[0]
+    s_q = 1 if len(qa.shape) == 3 else qa.shape[1]
+    num_pages, page_size = kc.shape[0], kc.shape[1]
+    bt, sl = _check_common(qa, block_table, cache_seqlens, batch, dev)
+    out, oa, lse, la = _check_out(out, lse, qa, out_shape, lse_shape, dev)
+    if check_inputs and not _is_capturing(q):
+        _check_lengths(sl, bt, num_pages, page_size)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    cfg = config or select_decode_config(family, device_arch(dev), qa.dtype, page_size, heads=select_heads,
+                                         head_dim=head_dim, s_q=s_q)
+    _check_config(cfg, family, dev, qa.dtype, page_size, head_dim, s_q,
+                  select_heads if family == "gqa_decode" else None)
+    head_blocks = -(-num_q_heads // cfg.heads_per_cta) if family == "mla_decode" else num_kv_heads
+    _launch(decode_kernels(cfg, dev), q=qa, kcache=kc, vcache=vc, bt=bt, sl=sl, out=oa, lse=la, batch=batch,
+            s_q=s_q, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_blocks=head_blocks,
+            softmax_scale=scale, causal=causal and s_q > 1, stream=stream, device_id=dev)
+    return out, lse
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
@@ -225,33 +256,19 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
     if not 1 <= heads <= 128:
         raise ValueError(f"q: {heads} heads; MLA decode supports 1..128")
     kv = device_view(kv_cache, "kv_cache", ndim=(3, 4), device_id=dev)
-    if kv.dtype != qa.dtype:
-        if kv.dtype == "fp8_e4m3":
-            raise TypeError("kv_cache: fp8_e4m3 KV needs the sm90 backend, which has not landed; use bf16/fp16")
-        raise TypeError(f"kv_cache: dtype must match q ({qa.dtype}), got {kv.dtype}")
+    _check_kv_dtype(kv, qa.dtype)
     _scalar_scale("kv_scale", kv_scale, kv.dtype)
     if len(kv.shape) == 4 and kv.shape[2] != 1:
         raise ValueError(f"kv_cache: a 4-D MLA cache must have h_kv=1, got shape {kv.shape}")
     if kv.shape[-1] != MLA_DQK:
         raise ValueError(f"kv_cache: last dimension must be {MLA_DQK}, got shape {kv.shape}")
-    num_pages, page_size = kv.shape[0], kv.shape[1]
+    page_size = kv.shape[1]
     if page_size not in PAGE_SIZES:
         raise ValueError(f"kv_cache: page_size={page_size}; supported: {', '.join(map(str, PAGE_SIZES))}")
-    if causal and s_q == 1:
-        causal = False  # one query sees every key either way
-    bt, sl = _check_common(qa, block_table, cache_seqlens, batch, dev)
-    out, oa, lse, la = _check_out(out, lse, qa, (batch, s_q, heads, MLA_DV), (batch, heads, s_q), dev)
-    if check_inputs and not _is_capturing(q):
-        _check_lengths(sl, bt, num_pages, page_size)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(MLA_DQK)
-    cfg = config or select_decode_config("mla_decode", device_arch(dev), qa.dtype, page_size, heads=heads,
-                                         head_dim=MLA_DQK, s_q=s_q)
-    _check_config(cfg, "mla_decode", dev, qa.dtype, page_size, MLA_DQK, s_q, None)
-    k = decode_kernels(cfg, dev)
-    _launch(k, q=qa, kcache=kv, vcache=kv, bt=bt, sl=sl, out=oa, lse=la, batch=batch, s_q=s_q,
-            num_q_heads=heads, num_kv_heads=1, head_blocks=-(-heads // cfg.heads_per_cta),
-            softmax_scale=scale, causal=causal, stream=stream, device_id=dev)
-    return out, lse
+    return _checked_call("mla_decode", q, qa, kv, kv, block_table, cache_seqlens, out, lse,
+                         out_shape=(batch, s_q, heads, MLA_DV), lse_shape=(batch, heads, s_q), head_dim=MLA_DQK,
+                         select_heads=heads, num_q_heads=heads, num_kv_heads=1, softmax_scale=softmax_scale,
+                         causal=causal, stream=stream, check_inputs=check_inputs, config=config)
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
@@ -277,16 +294,13 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
         raise ValueError(f"q: s_q={s_q} is outside the supported 1..{MAX_S_Q}")
     ka = device_view(k_cache, "k_cache", ndim=4, device_id=dev)
     va = device_view(v_cache, "v_cache", ndim=4, device_id=dev)
-    for name, t in (("k_cache", ka), ("v_cache", va)):
-        if t.dtype != qa.dtype:
-            if t.dtype == "fp8_e4m3":
-                raise TypeError(f"{name}: fp8_e4m3 KV needs the sm90 backend, which has not landed; use bf16/fp16")
-            raise TypeError(f"{name}: dtype must match q ({qa.dtype}), got {t.dtype}")
+    for t in (ka, va):
+        _check_kv_dtype(t, qa.dtype)
     _scalar_scale("k_scale", k_scale, ka.dtype)
     _scalar_scale("v_scale", v_scale, va.dtype)
     if ka.shape != va.shape:
         raise ValueError(f"v_cache: shape {va.shape} must equal k_cache's {ka.shape}")
-    num_pages, page_size, hkv, dk = ka.shape
+    _, page_size, hkv, dk = ka.shape
     if dk != d:
         raise ValueError(f"k_cache: head dim {dk} does not match q's {d}")
     if page_size not in PAGE_SIZES:
@@ -298,18 +312,7 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
         raise ValueError(f"q: {hq} query heads over {hkv} KV heads is a group of {group}; supported 1, 2, 4, 8, 16")
     if group * s_q > 128:
         raise ValueError(f"q: group {group} x s_q {s_q} = {group * s_q} query rows per KV head; at most 128")
-    if causal and s_q == 1:
-        causal = False
-    bt, sl = _check_common(qa, block_table, cache_seqlens, batch, dev)
-    out, oa, lse, la = _check_out(out, lse, qa, qa.shape, (batch, hq, s_q), dev)
-    if check_inputs and not _is_capturing(q):
-        _check_lengths(sl, bt, num_pages, page_size)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-    cfg = config or select_decode_config("gqa_decode", device_arch(dev), qa.dtype, page_size, heads=group,
-                                         head_dim=d, s_q=s_q)
-    _check_config(cfg, "gqa_decode", dev, qa.dtype, page_size, d, s_q, group)
-    k = decode_kernels(cfg, dev)
-    _launch(k, q=qa, kcache=ka, vcache=va, bt=bt, sl=sl, out=oa, lse=la, batch=batch, s_q=s_q,
-            num_q_heads=hq, num_kv_heads=hkv, head_blocks=hkv, softmax_scale=scale, causal=causal,
-            stream=stream, device_id=dev)
-    return out, lse
+    return _checked_call("gqa_decode", q, qa, ka, va, block_table, cache_seqlens, out, lse, out_shape=qa.shape,
+                         lse_shape=(batch, hq, s_q), head_dim=d, select_heads=group, num_q_heads=hq, num_kv_heads=hkv,
+                         softmax_scale=softmax_scale, causal=causal, stream=stream, check_inputs=check_inputs,
+                         config=config)

@@ -111,6 +111,15 @@ def test_gqa_head_checks(gqa):
         _gqa(gqa, k_cache=[1, 2])
 
 
+def test_a_pinned_config_must_fit_the_call(mla):
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    other = select_decode_config("mla_decode", device_arch(0), "bf16", 16, heads=16, head_dim=576, s_q=1)
+    with pytest.raises(ValueError, match=r"^config.page_size=16 does not fit this call, which needs 64"):
+        _mla(mla, config=other)
+
+
 def test_no_launch_happens_on_a_rejected_call(gqa):
     import torch
 
