@@ -25,6 +25,14 @@ MAX_ACC_REGS = 128  # fp32 output accumulator registers per consumer thread we a
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
 
 
+def split_plan(seqlen: int, num_splits: int, min_keys_per_split: int, block_n: int) -> tuple[int, int]:
+    """(splits, keys per split) for one sequence: what every backend's plan kernel computes."""
+    length = max(seqlen, 0)
+    n = min(num_splits, max(1, -(-length // min_keys_per_split)))
+    chunk = -(-(-(-length // n)) // block_n) * block_n
+    return (-(-length // chunk) if length > 0 else 1), chunk
+
+
 class DecodeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -93,6 +101,7 @@ class DecodeConfig(BaseModel):
                                  f"V with depth {self.head_dim_v}), got ({k.role} {k.depth}, {v.role} {v.depth})")
             if k.BN != self.block_n or v.BN != self.block_n:
                 raise ValueError(f"{where}.kv_buffers: BN must equal block_n={self.block_n}")
+            self._validate_cdna(where, k, v)
         else:
             if self.pipeline is None:
                 raise ValueError(f"{where}.pipeline: required for backend {self.backend!r}")
@@ -119,6 +128,47 @@ class DecodeConfig(BaseModel):
                              f"memory but {self.arch} allows {spec.max_smem_per_block} B per block "
                              f"({self.layout.describe()}); use fewer stages or a smaller block_n")
         return self
+
+    def _validate_cdna(self, where: str, k: KVBufferConfig, v: KVBufferConfig) -> None:
+        if (k.mfma, k.num_threads) != (v.mfma, v.num_threads):
+            raise ValueError(f"{where}.kv_buffers: K and V must share mfma and num_threads, got "
+                             f"({k.mfma}, {k.num_threads}) and ({v.mfma}, {v.num_threads})")
+        if self.kv_dtype != self.q_dtype:
+            raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: the cdna backend reads {self.q_dtype} KV "
+                             "(fp8 KV on cdna has not landed)")
+        m = self.mfma
+        if self.heads_per_cta * self.max_s_q > m.m:
+            raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
+                             f"{self.heads_per_cta * self.max_s_q} query rows; one MFMA {m.name} tile holds {m.m}")
+        if self.waves % self.qk_key_slices:
+            raise ValueError(f"{where}.kv_buffers[0].WN={k.WN}: the tile's {self.block_n} keys make "
+                             f"{self.qk_key_slices} slices of WN keys, which must divide the {self.waves} wavefronts "
+                             "(wavefronts past the slices repeat QK)")
+        if v.WN != self.block_n:
+            raise ValueError(f"{where}.kv_buffers[1].WN={v.WN}: every wavefront reads all {self.block_n} keys of "
+                             f"V for its columns; WN must be {self.block_n}")
+        if k.num_stages != 1 or v.num_stages != 1:
+            raise ValueError(f"{where}.kv_buffers: the HIP kernel prefetches one tile into registers; "
+                             f"num_stages must be 1, got {k.num_stages} and {v.num_stages}")
+        if self.head_dim_v % (self.waves * m.n):
+            raise ValueError(f"{where}.kv_buffers: {self.waves} wavefronts split head_dim_v={self.head_dim_v} "
+                             f"into MFMA N={m.n} column tiles; it does not divide")
+
+    @property
+    def mfma(self):
+        from .cdna_layout import MFMA
+
+        return MFMA[self.kv_buffers[0].mfma]
+
+    @property
+    def waves(self) -> int:
+        return self.threads // 64
+
+    @property
+    def qk_key_slices(self) -> int:
+        """cdna: wavefront w computes S for keys (w mod slices) * WN ..; with fewer slices than
+        wavefronts the others repeat that QK (so each can own its V columns without a shuffle)."""
+        return self.block_n // self.kv_buffers[0].WN
 
     def _validate_sm80_warps(self, where: str) -> None:
         p = self.pipeline
@@ -208,7 +258,8 @@ class DecodeConfig(BaseModel):
     def q_rows(self) -> int:
         """Query rows a CTA holds (heads x s_q), padded to the MMA's M."""
         rows = self.heads_per_cta * self.max_s_q
-        return -(-rows // MMA_M) * MMA_M
+        tile = self.mfma.m if self.backend == "cdna" and self.kv_buffers else MMA_M
+        return -(-rows // tile) * tile
 
     @property
     def kv_row_bytes(self) -> int:
@@ -238,7 +289,8 @@ class DecodeConfig(BaseModel):
             b.add("k_tiles", k.lds_bytes)
             b.add("v_tiles", v.lds_bytes if self.family == "gqa_decode" else 0)
             b.add("p_tile", self.q_rows * self.block_n * 2)
-            b.add("softmax", self.q_rows * 4 * 2, align=16)
+            b.add("red_max", self.waves * self.q_rows * 4, align=16)
+            b.add("red_sum", self.waves * self.q_rows * 4, align=16)
             return b.build()
         p = self.pipeline
         b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)

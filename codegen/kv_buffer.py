@@ -46,12 +46,11 @@ class KVBufferConfig(BaseModel):
             raise ValueError(f"{where}.BK={self.BK}: must be a multiple of the MFMA {self.mfma} K={k}")
         if self.depth % self.BK:
             raise ValueError(f"{where}.BK={self.BK}: must divide depth={self.depth}")
-        if self.threads_per_token > self.num_threads or self.num_threads % self.threads_per_token:
-            raise ValueError(f"{where}.num_threads={self.num_threads}: a token row takes "
-                             f"{self.threads_per_token} threads of {LOAD_VECTOR_BYTES} B; use a multiple")
-        if self.BN % self.tokens_per_pass:
-            raise ValueError(f"{where}.BN={self.BN}: one load pass covers {self.tokens_per_pass} tokens; "
-                             "BN must be a multiple of it")
+        if (self.BN * self.chunks_per_token) % self.num_threads:
+            raise ValueError(f"{where}.num_threads={self.num_threads}: the tile's {self.BN} tokens x "
+                             f"{self.chunks_per_token} chunks of {LOAD_VECTOR_BYTES} B must split evenly over "
+                             "the threads; use a count that divides "
+                             f"{self.BN * self.chunks_per_token}")
         if self.lds_bytes > LDS_BYTES:
             raise ValueError(f"{where}.BN={self.BN}: the double-buffered LDS tile needs {self.lds_bytes} B, "
                              f"over the {LDS_BYTES} B of LDS; use a smaller BN")
@@ -61,16 +60,13 @@ class KVBufferConfig(BaseModel):
         return self
 
     @property
-    def threads_per_token(self) -> int:
+    def chunks_per_token(self) -> int:
         return self.depth * ELEMENT_BYTES // LOAD_VECTOR_BYTES
 
     @property
-    def tokens_per_pass(self) -> int:
-        return self.num_threads // self.threads_per_token
-
-    @property
     def loads_per_thread(self) -> int:
-        return self.BN // self.tokens_per_pass
+        """16-byte global loads per thread per tile (flat distribution: see cdna_layout.token_chunk)."""
+        return self.BN * self.chunks_per_token // self.num_threads
 
     @property
     def tile_bytes(self) -> int:

@@ -70,7 +70,7 @@ def combine_threads(cfg: DecodeConfig) -> int:
 
 
 def _decode_kernels(name: str, cfg: DecodeConfig) -> tuple[KernelContract, ...]:
-    t = C_TYPES[cfg.q_dtype]
+    t = "unsigned short" if cfg.backend == "cdna" else C_TYPES[cfg.q_dtype]
     heads = "num_q_heads / heads_per_cta (MLA: rounded up)" if cfg.family == "mla_decode" else "num_kv_heads"
     return (
         KernelContract(f"{name}_plan", ("ceil(batch / 256)", "1", "1"), (256, 1, 1), 0,
@@ -144,6 +144,14 @@ class Variant:
                 "producer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_producer,
                 "consumer_chunk_bytes": cfg.slot_bytes // cfg.pipeline.num_consumer,
             }
+        if cfg.backend == "cdna":
+            from .cdna_layout import tile_swizzles
+
+            sw = tile_swizzles(cfg)
+            return {"elem_type": "Bf16" if cfg.q_dtype == "bf16" else "Fp16",
+                    "keys_per_wave": cfg.kv_buffers[0].WN, "key_slices": cfg.qk_key_slices,
+                    "cols_per_wave": cfg.head_dim_v // cfg.waves,
+                    "q_swizzle": sw["q"], "k_swizzle": sw["k"], "v_swizzle": sw["v"], "p_swizzle": sw["p"]}
         chunks = cfg.head_dim_qk * 2 // 16
         return {
             "c_type": C_TYPES[cfg.q_dtype],

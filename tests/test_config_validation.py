@@ -83,7 +83,7 @@ INVALID = [
     (KVBufferConfig, dict(KBUF, BK=12), ["BK=12", "MFMA 16x16x16 K=16"]),
     (KVBufferConfig, dict(KBUF, depth=100), ["depth=100", "64, 128, 256"]),
     (KVBufferConfig, dict(KBUF, mfma="32x32x8", WN=16, BN=32), ["WN=16", "N=32"]),
-    (KVBufferConfig, dict(KBUF, depth=576, BN=64, num_threads=64), ["num_threads=64", "72 threads"]),
+    (KVBufferConfig, dict(KBUF, depth=576, BN=16, WN=16, num_threads=256), ["num_threads=256", "divides 1152"]),
     (KVBufferConfig, dict(KBUF, depth=512, BN=256, WN=256, num_threads=256), ["BN=256", "LDS"]),
     (KVBufferConfig, dict(KBUF, depth=256, BN=64, WN=64, num_threads=64, num_stages=2), ["num_stages=2", "VGPRs"]),
 ]
