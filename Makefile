@@ -5,15 +5,22 @@ BIN     := $(VENV)/bin
 PYTEST  := $(BIN)/python -m pytest
 KVFORGE := $(BIN)/kvforge
 
-.PHONY: setup demo generate check test test-gpu bench clean
+.PHONY: setup setup-amd demo generate check test test-gpu bench clean
 
 setup: $(BIN)/kvforge
 
 $(BIN)/kvforge: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[cuda,dev]"
+	$(BIN)/python -m pip install -q -e ".[cuda,hip,dev]"
 	@touch $@
+
+# The AMD compilers the HIP variants are checked with (Debian packages; needs root). Without them
+# HIP compile tests skip, saying so.
+AMD_PACKAGES := clang-19 lld-19 llvm-19 hipcc libamdhip64-dev libamdhip64-5 libhiprtc-builtins5 libamd-comgr2 rocm-device-libs
+setup-amd:
+	@command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null && ls /usr/lib/x86_64-linux-gnu/libamdhip64.so.5 >/dev/null 2>&1 \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(AMD_PACKAGES) >/dev/null)
 
 # The main job on the built-in matrix: generate, compile, and on a GPU run, check and time.
 demo: setup

@@ -54,9 +54,9 @@ def cmd_list(args) -> int:
 
 def _compile_one(config_json: dict, debug: bool):
     from kvforge.codegen.variant import variant_from_dict
-    from kvforge.runtime.compiler import compile
+    from kvforge.runtime.build import build_variant
 
-    k = compile(variant_from_dict(config_json), debug=debug)
+    k = build_variant(variant_from_dict(config_json), debug=debug)
     return k.name, k.arch, k.compile_seconds, k.cache_hit, k.resources
 
 

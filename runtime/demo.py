@@ -14,6 +14,7 @@ from rich.table import Table
 from kvforge.codegen.manifest import render_tree, write_tree
 from kvforge.codegen.matrix import load_matrix
 
+from .build import amd_toolchain_missing, build_variant
 from .compiler import compile
 from .device import cuda_device_count, device_arch
 
@@ -35,6 +36,16 @@ def run_demo(matrix: str | None, out: Path) -> int:
     for v in cuda:
         compile(v)
     console.print(f"compiled {len(cuda)} CUDA variants in {time.perf_counter() - t0:.1f} s (NVRTC, cached)")
+    hip = [v for v in variants if v.language == "hip"]
+    missing = amd_toolchain_missing() if hip else None
+    if missing:
+        console.print(f"skipped {len(hip)} HIP variants: {missing} (make setup-amd installs the AMD compilers)")
+    elif hip:
+        t0 = time.perf_counter()
+        for v in hip:
+            build_variant(v)
+        console.print(f"compiled {len(hip)} HIP variants in {time.perf_counter() - t0:.1f} s (hiprtc / clang, cached; "
+                      "no AMD GPU here: compile- and emulation-verified only)")
 
     if cuda_device_count() == 0:
         console.print("no CUDA GPU here: kernels were generated and compiled, not run")

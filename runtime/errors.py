@@ -22,13 +22,14 @@ class JITDisabledError(CompileError):
 
 
 def offending_lines(log: str, source: str, filename: str, context: int = 2) -> str:
-    """The source lines the compiler log points at (`file(LINE): error`), with line numbers."""
+    """The source lines the compiler log points at, with line numbers."""
     if not source:
         return ""
     lines = source.splitlines()
     name = re.escape(filename) if filename else r"[^(\s]+"
-    pattern = re.compile(name + r"\((\d+)\): (?:error|catastrophic)")
-    hits = sorted({int(m.group(1)) for m in pattern.finditer(log)})
+    # NVRTC writes `file(LINE): error`, clang `file:LINE:COL: error`
+    pattern = re.compile(name + r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal )?(?:error|catastrophic)")
+    hits = sorted({int(m.group(1) or m.group(2)) for m in pattern.finditer(log)})
     shown: list[str] = []
     for n in hits:
         for i in range(max(1, n - context), min(len(lines), n + context) + 1):
