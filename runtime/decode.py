@@ -225,6 +225,10 @@ def _checked_call(family, q, qa: TensorArg, kc: TensorArg, vc: TensorArg, block_
     if check_inputs and not _is_capturing(q):
         _check_lengths(sl, bt, num_pages, page_size)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    if _on_rocm():
+        return _hip_call(family, qa, kc, vc, bt, sl, oa, la, out, lse, select_heads=select_heads, head_dim=head_dim,
+                         num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, scale=scale, causal=causal and s_q > 1,
+                         stream=stream, config=config)
     cfg = config or select_decode_config(family, device_arch(dev), qa.dtype, page_size, heads=select_heads,
                                          head_dim=head_dim, s_q=s_q)
     _check_config(cfg, family, dev, qa.dtype, page_size, head_dim, s_q,
@@ -233,6 +237,50 @@ def _checked_call(family, q, qa: TensorArg, kc: TensorArg, vc: TensorArg, block_
     _launch(decode_kernels(cfg, dev), q=qa, kcache=kc, vcache=vc, bt=bt, sl=sl, out=oa, lse=la, batch=batch,
             s_q=s_q, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_blocks=head_blocks,
             softmax_scale=scale, causal=causal and s_q > 1, stream=stream, device_id=dev)
+    return out, lse
+
+
+def _on_rocm() -> bool:
+    from .device import cuda_device_count
+    from .hip_launch import rocm_device_count
+
+    return cuda_device_count() == 0 and rocm_device_count() > 0
+
+
+def _hip_call(family, qa, kc, vc, bt, sl, oa, la, out, lse, *, select_heads, head_dim, num_q_heads, num_kv_heads,
+              scale, causal, stream, config):
+    """The same call on a ROCm device: cdna variant, hiprtc through the cache, hip-python launches.
+    Never run here (no AMD GPU); compile-verified in CI."""
+    from kvforge.codegen.variant import Variant
+
+    from .hip_compiler import compile_hip
+    from .hip_launch import load_hip, rocm_arch
+    from .select import select_cdna_config
+
+    batch = qa.shape[0]
+    s_q = 1 if len(qa.shape) == 3 else qa.shape[1]
+    cfg = config or select_cdna_config(family, rocm_arch(qa.device_id), qa.dtype, kc.shape[1], heads=select_heads,
+                                       head_dim=head_dim, s_q=s_q)
+    variant = Variant(cfg)
+    compiled = compile_hip(variant)
+    plan_k, main_k, comb_k = (load_hip(compiled, k.symbol) for k in variant.kernels)
+    head_blocks = -(-num_q_heads // cfg.heads_per_cta) if family == "mla_decode" else num_kv_heads
+    splits = 1 if head_blocks * batch >= 64 else max(1, min(MAX_SPLITS, 128 // (head_blocks * batch)))
+    like = qa.obj
+    plan = _empty(like, (batch, 2), "int32", qa.device_id)
+    part_o = _empty(like, (max(1, batch * splits * s_q * num_q_heads * cfg.head_dim_v),), "fp32", qa.device_id)
+    part_lse = _empty(like, (max(1, batch * splits * s_q * num_q_heads),), "fp32", qa.device_id)
+    st = _default_stream(like, stream)
+    ptr = lambda t: ("ptr", int(t.data_ptr()))  # noqa: E731 - torch on ROCm
+    plan_k.launch((-(-batch // 256), 1, 1), (256, 1, 1), st, ("ptr", sl.ptr), ptr(plan), batch, splits,
+                  cfg.min_keys_per_split)
+    main_k.launch((head_blocks, batch, splits), (cfg.threads, 1, 1), st, ("ptr", qa.ptr), ("ptr", kc.ptr),
+                  ("ptr", vc.ptr), ("ptr", bt.ptr), ("ptr", sl.ptr), ptr(plan), ("ptr", oa.ptr), ("ptr", la.ptr),
+                  ptr(part_o), ptr(part_lse), s_q, num_q_heads, num_kv_heads, bt.shape[1], splits, float(scale * LOG2E),
+                  1 if causal else 0)
+    if splits > 1:
+        comb_k.launch((num_q_heads, s_q, batch), (256, 1, 1), st, ptr(part_o), ptr(part_lse), ptr(plan),
+                      ("ptr", oa.ptr), ("ptr", la.ptr), s_q, num_q_heads, splits)
     return out, lse
 
 

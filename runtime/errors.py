@@ -15,6 +15,10 @@ class CompileError(RuntimeError):
         if self.source_lines:
             msg += "\n\noffending source lines:\n" + self.source_lines
         super().__init__(msg)
+        self._args = (variant, arch, log, source, filename)
+
+    def __reduce__(self):  # picklable across process pools (kvforge compile runs NVRTC in workers)
+        return (type(self), self._args)
 
 
 class JITDisabledError(CompileError):

@@ -63,3 +63,20 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
                         return cfg
     raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "
                       f"page_size={page_size} on {arch}: {last_err}")
+
+
+@lru_cache(maxsize=None)
+def select_cdna_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
+                       s_q: int) -> DecodeConfig:
+    """The cdna-backend config for these shapes: MFMA 16x16x16, one 16-row query tile per workgroup."""
+    if family == "mla_decode":
+        hpc, dqk, dv, bn, threads = max(1, 16 // s_q), 576, 512, 16, 128
+        k_wn, v_wn = 16, 16
+    else:
+        hpc, dqk, dv, bn, threads = heads, head_dim, head_dim, 32, 128
+        k_wn, v_wn = 16, 32
+    buffers = ({"role": "K", "BN": bn, "WN": k_wn, "BK": 16, "depth": dqk, "num_threads": threads},
+               {"role": "V", "BN": bn, "WN": v_wn, "BK": 16, "depth": dv, "num_threads": threads})
+    return build(DecodeConfig, dict(family=family, backend="cdna", arch=arch, head_dim_qk=dqk, head_dim_v=dv,
+                                    heads_per_cta=hpc, page_size=page_size, block_n=bn, q_dtype=dtype,
+                                    kv_dtype=dtype, max_s_q=s_q, kv_buffers=buffers))

@@ -12,13 +12,16 @@ from kvforge.runtime import JITDisabledError, KernelCache, compile
 from kvforge.runtime.compiler import clear_memo
 
 
+def _cuda(index: int):
+    return [v for v in load_matrix() if v.language == "cuda"][index]
+
+
 def _build(root: str, index: int) -> tuple[bool, str]:
     import hashlib
 
-    from kvforge.codegen.matrix import load_matrix
     from kvforge.runtime import KernelCache, compile
 
-    k = compile(load_matrix()[index], cache=KernelCache(root))
+    k = compile(_cuda(index), cache=KernelCache(root))
     return k.cache_hit, hashlib.sha256(k.cubin).hexdigest()
 
 
@@ -37,7 +40,7 @@ def test_eight_processes_compiling_one_variant_leave_one_good_entry(tmp_path):
 
 
 def test_a_corrupted_entry_is_detected_and_rebuilt(tmp_path):
-    v = load_matrix()[1]
+    v = _cuda(1)
     cache = KernelCache(tmp_path)
     good = compile(v, cache=cache).cubin
     clear_memo()
@@ -50,7 +53,7 @@ def test_a_corrupted_entry_is_detected_and_rebuilt(tmp_path):
 
 
 def test_a_truncated_metadata_file_is_a_miss_not_a_crash(tmp_path):
-    v = load_matrix()[1]
+    v = _cuda(1)
     cache = KernelCache(tmp_path)
     compile(v, cache=cache)
     clear_memo()
@@ -60,7 +63,7 @@ def test_a_truncated_metadata_file_is_a_miss_not_a_crash(tmp_path):
 
 
 def test_a_disk_cache_hit_costs_under_5_ms(tmp_path):
-    v = load_matrix()[2]
+    v = _cuda(2)
     cache = KernelCache(tmp_path)
     compile(v, cache=cache)
     times = []
@@ -74,7 +77,7 @@ def test_a_disk_cache_hit_costs_under_5_ms(tmp_path):
 
 
 def test_disable_jit_turns_a_miss_into_a_clear_error(tmp_path, monkeypatch):
-    v = load_matrix()[4]
+    v = _cuda(4)
     monkeypatch.setenv("KVFORGE_DISABLE_JIT", "1")
     with pytest.raises(JITDisabledError, match="KVFORGE_DISABLE_JIT=1 and no cache entry"):
         compile(v, cache=KernelCache(tmp_path))
