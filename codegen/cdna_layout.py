@@ -54,11 +54,6 @@ def swizzle_period(chunks_per_row: int) -> int:
     return min(8, chunks_per_row)
 
 
-def swizzled_chunk(row: int, chunk: int, chunks_per_row: int) -> int:
-    """Physical 16-byte chunk of logical (row, chunk) in LDS: chunk XOR (row mod period)."""
-    return chunk ^ (row % swizzle_period(chunks_per_row))
-
-
 def lds_element_offset(row: int, col: int, row_elems: int, period: int) -> int:
     """Element offset of logical (row, col) in an LDS tile of `row_elems` per row whose 16-byte
     chunks are XOR-swizzled with `period` (1: no swizzle)."""

@@ -169,6 +169,3 @@ def variant_from_dict(data: dict) -> Variant:
         kind = data.get("kind") or data.get("family") or "config"
         raise ConfigError(describe_validation_error(kind, err, skip_tags=("selftest", "decode"))) from None
 
-
-def variant_from_config(config) -> Variant:
-    return Variant(config)
