@@ -229,17 +229,29 @@ def _checked_call(family, q, qa: TensorArg, kc: TensorArg, vc: TensorArg, block_
         return _hip_call(family, qa, kc, vc, bt, sl, oa, la, out, lse, select_heads=select_heads, head_dim=head_dim,
                          num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, scale=scale, causal=causal and s_q > 1,
                          stream=stream, config=config)
-    cfg = config or select_decode_config(family, device_arch(dev), qa.dtype, page_size, heads=select_heads,
-                                         head_dim=head_dim, s_q=s_q)
-    _check_config(cfg, family, dev, qa.dtype, page_size, head_dim, s_q,
-                  select_heads if family == "gqa_decode" else None)
+    if config is None:
+        kernels = _selected_kernels(family, qa.dtype, page_size, select_heads, head_dim, s_q, dev)
+    else:
+        _check_config(config, family, dev, qa.dtype, page_size, head_dim, s_q,
+                      select_heads if family == "gqa_decode" else None)
+        kernels = decode_kernels(config, dev)
+    cfg = kernels.variant.config
     head_blocks = -(-num_q_heads // cfg.heads_per_cta) if family == "mla_decode" else num_kv_heads
-    _launch(decode_kernels(cfg, dev), q=qa, kcache=kc, vcache=vc, bt=bt, sl=sl, out=oa, lse=la, batch=batch,
+    _launch(kernels, q=qa, kcache=kc, vcache=vc, bt=bt, sl=sl, out=oa, lse=la, batch=batch,
             s_q=s_q, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_blocks=head_blocks,
             softmax_scale=scale, causal=causal and s_q > 1, stream=stream, device_id=dev)
     return out, lse
 
 
+@lru_cache(maxsize=None)
+def _selected_kernels(family, dtype, page_size, heads, head_dim, s_q, device_id) -> DecodeKernels:
+    """The built-in choice for these shapes, compiled and loaded (one dict lookup per call after the first)."""
+    cfg = select_decode_config(family, device_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
+                               s_q=s_q)
+    return decode_kernels(cfg, device_id)
+
+
+@lru_cache(maxsize=1)
 def _on_rocm() -> bool:
     from .device import cuda_device_count
     from .hip_launch import rocm_device_count

@@ -45,12 +45,19 @@ class LoadedKernel:
     device_id: int
 
     def launch(self, grid, block, smem: int, stream, *args) -> None:
-        from cuda.core import LaunchConfig, launch
+        from cuda.core import launch
 
         if smem > self.max_dynamic_smem:
             raise LaunchError(f"{self.name}: {smem} B of dynamic shared memory requested, "
                               f"the kernel was loaded for at most {self.max_dynamic_smem} B")
-        launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), self.kernel, *args)
+        launch(stream, _launch_config(tuple(grid), tuple(block), smem), self.kernel, *args)
+
+
+@lru_cache(maxsize=1024)
+def _launch_config(grid: tuple, block: tuple, smem: int):
+    from cuda.core import LaunchConfig
+
+    return LaunchConfig(grid=grid, block=block, shmem_size=smem)
 
 
 _modules: dict[tuple, object] = {}
