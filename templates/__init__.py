@@ -1,0 +1,1 @@
+"""kvforge.templates: the Jinja2 kernel templates and the shared device headers (package data)."""
