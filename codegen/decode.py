@@ -89,6 +89,9 @@ class DecodeConfig(BaseModel):
         if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > 128:
             raise ValueError(f"{where}.max_s_q={self.max_s_q}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most 128")
+        if self.backend in ("sm90", "sm100"):
+            raise ValueError(f"{where}.backend={self.backend!r}: its kernels have not landed yet; use 'sm80' "
+                             "(mma.sync, runs on sm_80..sm_100a) or 'cdna' (AMD)")
         if self.backend == "cdna":
             if self.pipeline is not None:
                 raise ValueError(f"{where}.pipeline: the cdna backend stages KV through registers; "

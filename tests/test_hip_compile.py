@@ -85,3 +85,56 @@ def test_a_hip_compile_error_shows_the_offending_lines(tmp_path, monkeypatch):
     with pytest.raises(CompileError) as exc:
         hip_compiler.compile_hip(variant, compiler="clang", cache=KernelCache(tmp_path / "c"))
     assert "nope" in exc.value.log and ">>" in exc.value.source_lines and "nope" in exc.value.source_lines
+
+
+def _cdna_strategy():
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries({
+        "family": st.sampled_from(["mla_decode", "gqa_decode"]),
+        "arch": st.sampled_from(["gfx90a", "gfx942"]),
+        "dtype": st.sampled_from(["bf16", "fp16"]),
+        "d": st.sampled_from([64, 128, 256]),
+        "heads_per_cta": st.sampled_from([1, 2, 4, 8, 16]),
+        "page_size": st.sampled_from([16, 32, 64, 128]),
+        "block_n": st.sampled_from([16, 32, 64]),
+        "threads": st.sampled_from([64, 128, 256]),
+        "mfma": st.sampled_from(["16x16x16", "32x32x8"]),
+        "k_wn": st.sampled_from([16, 32, 64]),
+    })
+
+
+def test_every_accepted_cdna_config_compiles_with_clang(tmp_path_factory):
+    from hypothesis import HealthCheck, assume, given, settings
+
+    from kvforge.codegen.errors import ConfigError
+    from kvforge.codegen.variant import variant_from_dict
+    from kvforge.runtime.hip_compiler import compile_hip
+
+    compiled = []
+
+    @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+    @given(_cdna_strategy())
+    def check(x):
+        mla = x["family"] == "mla_decode"
+        dqk, dv = (576, 512) if mla else (x["d"], x["d"])
+        kk = 16 if x["mfma"] == "16x16x16" else 8
+        bufs = ({"role": "K", "BN": x["block_n"], "WN": x["k_wn"], "BK": kk, "depth": dqk,
+                 "num_threads": x["threads"], "mfma": x["mfma"]},
+                {"role": "V", "BN": x["block_n"], "WN": x["block_n"], "BK": kk, "depth": dv,
+                 "num_threads": x["threads"], "mfma": x["mfma"]})
+        data = dict(family=x["family"], backend="cdna", arch=x["arch"], head_dim_qk=dqk, head_dim_v=dv,
+                    heads_per_cta=x["heads_per_cta"], page_size=x["page_size"], block_n=x["block_n"],
+                    q_dtype=x["dtype"], kv_dtype=x["dtype"], kv_buffers=bufs)
+        try:
+            variant = variant_from_dict(data)
+        except ConfigError:
+            assume(False)
+            return
+        k = compile_hip(variant, compiler="clang", cache=KernelCache(tmp_path_factory.mktemp("c")))
+        main = code_object_kernels(k.cubin)[variant.name]
+        assert main.lds_bytes == variant.config.layout.total_bytes <= MAX_LDS
+        compiled.append(variant.name)
+
+    check()
+    assert compiled, "hypothesis found no accepted cdna config to compile"
