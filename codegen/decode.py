@@ -11,26 +11,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import policy
 from .arch import BACKEND_ARCHS, ArchName, arch_spec
 from .kv_buffer import KVBufferConfig
 from .pipeline import MBARRIER_BYTES, PipelineConfig
+from .policy import DTYPE_BYTES, GQA_GROUPS, GQA_HEAD_DIMS, MAX_Q_ROWS, MAX_SPLITS, MLA_DIMS, split_plan  # noqa: F401
 from .smem import SmemLayout, SmemLayoutBuilder
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1}
-MLA_DIMS = (576, 512)
-GQA_HEAD_DIMS = (64, 128, 256)
 MMA_M = 16
-MAX_SPLITS = 64  # split-KV chunks per sequence at most (sizes the fp32 workspace)
 MAX_ACC_REGS = 128  # fp32 output accumulator registers per consumer thread we allow
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
-
-
-def split_plan(seqlen: int, num_splits: int, min_keys_per_split: int, block_n: int) -> tuple[int, int]:
-    """(splits, keys per split) for one sequence: what every backend's plan kernel computes."""
-    length = max(seqlen, 0)
-    n = min(num_splits, max(1, -(-length // min_keys_per_split)))
-    chunk = -(-(-(-length // n)) // block_n) * block_n
-    return (-(-length // chunk) if length > 0 else 1), chunk
 
 
 class DecodeConfig(BaseModel):
@@ -42,7 +32,7 @@ class DecodeConfig(BaseModel):
     head_dim_qk: int
     head_dim_v: int
     heads_per_cta: int = Field(ge=1, le=128, description="query heads (of one KV head) per CTA")
-    page_size: Literal[16, 32, 64, 128]
+    page_size: Literal[16, 32, 64, 128]  # policy.PAGE_SIZES
     block_n: Literal[16, 32, 64, 128] = Field(description="keys per KV tile")
     q_dtype: Literal["bf16", "fp16"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8_e4m3"] = "bf16"
@@ -64,11 +54,12 @@ class DecodeConfig(BaseModel):
                              "uses 576 (512 latent + 64 rope) / 512")
         if self.family == "gqa_decode":
             if self.head_dim_qk not in GQA_HEAD_DIMS:
-                raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: GQA decode supports 64, 128, 256")
+                raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: GQA decode supports "
+                                 f"{', '.join(map(str, GQA_HEAD_DIMS))}")
             if self.head_dim_v != self.head_dim_qk:
                 raise ValueError(f"{where}.head_dim_v={self.head_dim_v}: GQA needs head_dim_v == head_dim_qk "
                                  f"({self.head_dim_qk})")
-            if self.heads_per_cta not in (1, 2, 4, 8, 16):
+            if self.heads_per_cta not in GQA_GROUPS:
                 raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: GQA packs one KV head's query "
                                  "group per CTA: 1, 2, 4, 8 or 16")
         if self.kv_dtype == "fp8_e4m3":
@@ -86,9 +77,9 @@ class DecodeConfig(BaseModel):
         if self.scale_block_size and self.head_dim_v % self.scale_block_size:
             raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: must divide head_dim_v="
                              f"{self.head_dim_v}")
-        if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > 128:
+        if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > MAX_Q_ROWS:
             raise ValueError(f"{where}.max_s_q={self.max_s_q}: heads_per_cta * max_s_q = "
-                             f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most 128")
+                             f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most {MAX_Q_ROWS}")
         if self.backend in ("sm90", "sm100"):
             raise ValueError(f"{where}.backend={self.backend!r}: its kernels have not landed yet; use 'sm80' "
                              "(mma.sync, runs on sm_80..sm_100a) or 'cdna' (AMD)")
@@ -175,9 +166,10 @@ class DecodeConfig(BaseModel):
 
     def _validate_sm80_warps(self, where: str) -> None:
         p = self.pipeline
-        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8) or p.consumer_arrive != "warp":
+        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8) or p.consumer_arrive != "thread":
             raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps, "
-                             "num_qk_stages=1 and per-warp consumer release; got "
+                             "num_qk_stages=1 and per-thread consumer release (consumer_arrive='thread': "
+                             "racecheck cannot see a per-warp release as ordering every lane's reads); got "
                              f"num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}, "
                              f"consumer_arrive={p.consumer_arrive!r}")
         rg = self.q_rows // MMA_M
@@ -294,6 +286,7 @@ class DecodeConfig(BaseModel):
             b.add("p_tile", self.q_rows * self.block_n * 2)
             b.add("red_max", self.waves * self.q_rows * 4, align=16)
             b.add("red_sum", self.waves * self.q_rows * 4, align=16)
+            b.add("guard_flag", 4, align=4)  # the input guard's block-wide OR
             return b.build()
         p = self.pipeline
         b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
@@ -332,16 +325,12 @@ class DecodeConfig(BaseModel):
         return self.block_n + 4
 
     @property
-    def head_blocks_expr(self) -> str:
-        """Grid x of the main kernel, in C, over num_q_heads / num_kv_heads."""
-        if self.family == "mla_decode":
-            return f"(num_q_heads + {self.heads_per_cta - 1}) / {self.heads_per_cta}"
-        return "num_kv_heads"
-
-    @property
     def min_keys_per_split(self) -> int:
         """The split planner never cuts a sequence into chunks shorter than this."""
-        return max(2 * self.block_n, 256)
+        return policy.min_keys_per_split(self.block_n)
+
+    def head_blocks(self, num_q_heads: int, num_kv_heads: int) -> int:
+        return policy.head_blocks(self.family, num_q_heads, num_kv_heads, self.heads_per_cta)
 
     @property
     def rows_per_producer(self) -> int:
@@ -355,13 +344,35 @@ class DecodeConfig(BaseModel):
         return max(1, min(4, per_sm // (self.layout.total_bytes + 1024)))
 
     def name_fields(self) -> list[str]:
-        fields = [self.family, self.backend, self.arch.replace("_", ""), f"h{self.heads_per_cta}", f"p{self.page_size}", f"n{self.block_n}",
-                  f"q{self.q_dtype}", f"kv{self.kv_dtype.replace('_e4m3', '')}"]
+        """Every field that tells two variants apart, each with its own prefix: h heads per CTA,
+        ps page size, n keys per tile, q/kv dtypes, sb scale block, d head dim, sq max s_q; then
+        the sm80 ring (s stages, pr/co producer/consumer arrivals) or the cdna MFMA and threads."""
+        fields = [self.family, self.backend, self.arch.replace("_", ""), f"h{self.heads_per_cta}",
+                  f"ps{self.page_size}", f"n{self.block_n}", f"q{self.q_dtype}", f"kv{self.kv_dtype.replace('_e4m3', '')}"]
         if self.scale_mode == "per_token_block":
             fields.append(f"sb{self.scale_block_size}")
         if self.family == "gqa_decode":
             fields.append(f"d{self.head_dim_qk}")
         fields.append(f"sq{self.max_s_q}")
         if self.pipeline:
-            fields.extend(self.pipeline.name_fields())
+            fields += self.pipeline.name_fields()
+        if self.kv_buffers:
+            k, v = self.kv_buffers
+            fields += [f"mfma{k.mfma.replace('x', '_')}", f"t{k.num_threads}", f"kw{k.WN}vw{v.WN}"]
+        return fields
+
+    def legacy_name_fields(self) -> list[str]:
+        """The fields of names before kvforge 0.2 (page size as p16, ring as p4c4): still matched
+        by `kvforge list/compile --filter`."""
+        fields = [self.family, self.backend, self.arch.replace("_", ""), f"h{self.heads_per_cta}", f"p{self.page_size}",
+                  f"n{self.block_n}", f"q{self.q_dtype}", f"kv{self.kv_dtype.replace('_e4m3', '')}"]
+        if self.scale_mode == "per_token_block":
+            fields.append(f"sb{self.scale_block_size}")
+        if self.family == "gqa_decode":
+            fields.append(f"d{self.head_dim_qk}")
+        fields.append(f"sq{self.max_s_q}")
+        if self.pipeline:
+            p = self.pipeline
+            fields += [f"s{p.num_kv_stages}x{p.num_qk_stages}",
+                       f"p{p.num_producer}c{p.num_consumer}{'t' if p.consumer_arrive == 'thread' else ''}"]
         return fields

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .render import render_launch_header, render_variant, shared_headers, template_hash
+from .render import render_launch_header, render_policy_header, render_variant, shared_headers, template_hash
 from .variant import Variant
 from .version import VERSION
 
@@ -22,10 +22,14 @@ def render_tree(variants: list[Variant]) -> dict[str, str]:
     for lang in languages:
         for rel, text in shared_headers(lang).items():
             files[f"include/{rel}"] = text
+    launchers = {}
     for family in ("mla_decode", "gqa_decode"):
         fam = [v for v in variants if v.family == family and v.language == "cuda"]
         if fam:
-            files[f"include/kvforge/{family}_launch.h"] = render_launch_header(family, fam)
+            launchers[f"include/kvforge/{family}_launch.h"] = render_launch_header(family, fam)
+    if launchers:
+        files["include/kvforge/policy.h"] = render_policy_header()
+        files.update(launchers)
     entries = []
     for v in variants:
         src = render_variant(v)

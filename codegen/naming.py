@@ -21,3 +21,9 @@ def variant_name(config) -> str:
     name = "_".join(["kvforge", *config.name_fields(), config_hash(config)[:8]])
     assert name.isidentifier(), name
     return name
+
+
+def legacy_variant_name(config) -> str:
+    """The pre-0.2 name of a config (fields without their distinguishing prefixes)."""
+    fields = config.legacy_name_fields() if hasattr(config, "legacy_name_fields") else config.name_fields()
+    return "_".join(["kvforge", *fields, config_hash(config)[:8]])

@@ -12,9 +12,12 @@ MAX_TX_BYTES = (1 << 20) - 1  # an mbarrier phase's transaction count is a 20-bi
 class PipelineConfig(BaseModel):
     """The KV ring: `num_kv_stages` slots, each split into `num_qk_stages` sub-stages.
 
-    `num_producer` / `num_consumer` count *arrivals* on the full / empty barriers: one per
-    producer warp (its elected lane) and one per consumer warp, or one per consumer thread
-    when `consumer_arrive == "thread"` (the release_all form used by the FP8 convert group).
+    `num_producer` / `num_consumer` count warps. The full barrier takes one arrival per producer
+    warp (its elected lane); the empty barrier one per consumer thread (`consumer_arrive =
+    "thread"`, release_all, the default) or one per consumer warp (`"warp"`: __syncwarp, then
+    the elected lane arrives). Both are correct under the PTX memory model; compute-sanitizer's
+    racecheck cannot see the per-warp form as ordering the other lanes' reads and reports WAR
+    hazards once the ring wraps (docs/sanitizers.md), so kernels use the per-thread form.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -23,7 +26,7 @@ class PipelineConfig(BaseModel):
     num_qk_stages: int = Field(default=1, ge=1, le=4)
     num_producer: int = Field(default=1, ge=1, le=8)
     num_consumer: int = Field(default=2, ge=1, le=16)
-    consumer_arrive: Literal["warp", "thread"] = "warp"
+    consumer_arrive: Literal["warp", "thread"] = "thread"
 
     @model_validator(mode="after")
     def _ring_fits(self):
@@ -56,5 +59,6 @@ class PipelineConfig(BaseModel):
         return self.num_consumer * (32 if self.consumer_arrive == "thread" else 1)
 
     def name_fields(self) -> list[str]:
-        arrive = "t" if self.consumer_arrive == "thread" else ""
-        return [f"s{self.num_kv_stages}x{self.num_qk_stages}", f"p{self.num_producer}c{self.num_consumer}{arrive}"]
+        """s<kv stages>x<qk stages>, pr<producer warps>co<consumer warps>, t/w: per-thread/per-warp release."""
+        arrive = "t" if self.consumer_arrive == "thread" else "w"
+        return [f"s{self.num_kv_stages}x{self.num_qk_stages}", f"pr{self.num_producer}co{self.num_consumer}{arrive}"]

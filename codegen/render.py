@@ -61,16 +61,30 @@ def render_variant(variant: Variant) -> str:
     return _normalise(text)
 
 
+WORKSPACE_HEADER_BYTES = 256  # the C launchers' workspace: the error record, then the fp32 partials
+
+
 def render_launch_header(family: str, variants: list[Variant]) -> str:
     """The C host launcher header of one decode family over the given variants."""
-    from .decode import MAX_SPLITS
-    from .variant import C_TYPES, combine_threads
+    from . import policy
 
     tpl = environment().get_template("cuda/decode_launch.h.j2")
     digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
-    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, c_types=C_TYPES,
-                      max_splits=MAX_SPLITS, combine_threads=combine_threads)
+    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants,
+                      workspace_header_bytes=WORKSPACE_HEADER_BYTES, log2e=repr(policy.LOG2E),
+                      error_ints=policy.ERROR_RECORD_INTS, err_seqlen=policy.ERR_SEQLEN, err_page=policy.ERR_PAGE)
     return _normalise(text)
+
+
+def render_policy_header() -> str:
+    """include/kvforge/policy.h: codegen/policy.py's C formulas for the C launchers."""
+    from .policy import C_POLICY
+
+    digest = hashlib.sha256(C_POLICY.encode()).hexdigest()
+    return _normalise("\n".join([
+        banner(f"policy {digest}"),
+        "// kvforge/policy.h: the split count and split plan (codegen/policy.py) for host launchers.",
+        "#pragma once", "namespace kvforge_policy {", C_POLICY, "}  // namespace kvforge_policy"]))
 
 
 def shared_headers(language: str = "cuda") -> dict[str, str]:

@@ -124,10 +124,11 @@ def test_configs_are_frozen():
 
 
 def test_derived_counts_follow_the_design():
-    p = build(PipelineConfig, {"num_kv_stages": 3, "num_qk_stages": 2, "num_producer": 1, "num_consumer": 2})
+    p = build(PipelineConfig, {"num_kv_stages": 3, "num_qk_stages": 2, "num_producer": 1, "num_consumer": 2,
+                               "consumer_arrive": "warp"})
     assert (p.num_stages, p.num_barriers, p.full_arrive_count, p.empty_arrive_count) == (6, 12, 1, 2)
-    t = build(PipelineConfig, {"num_kv_stages": 2, "num_consumer": 4, "consumer_arrive": "thread"})
-    assert t.empty_arrive_count == 128
+    t = build(PipelineConfig, {"num_kv_stages": 2, "num_consumer": 4})  # per-thread release by default
+    assert t.consumer_arrive == "thread" and t.empty_arrive_count == 128
 
 
 def test_matrix_entry_errors_name_the_kind():

@@ -39,7 +39,7 @@ def _check_code_object(variant, binary, tmp_path):
     if variant.config.waves > 1:  # a one-wavefront workgroup needs (and gets) no barrier
         assert "s_barrier" in asm
     res = code_object_kernels(binary)
-    assert {variant.name, variant.name + "_plan", variant.name + "_combine"} <= set(res)
+    assert {k.symbol for k in variant.kernels} <= set(res)
     main = res[variant.name]
     assert main.vgprs <= MAX_VGPRS and main.agprs <= MAX_AGPRS, main
     assert main.lds_bytes == variant.config.layout.total_bytes <= MAX_LDS, main

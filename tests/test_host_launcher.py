@@ -24,10 +24,12 @@ int main() {
     return 0;
   }
   void* ws = nullptr;
-  cudaMalloc(&ws, MLA_ws(1, 1, 128, 1, num_sms));
-  cudaError_t e1 = MLA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 128, 1, 4,
+  const size_t bytes = MLA_ws(1, 1, 128, 1, num_sms);
+  cudaMalloc(&ws, bytes);
+  cudaMemset(ws, 0, bytes);  // the error record starts clear
+  cudaError_t e1 = MLA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 128, 1, 16, 4,
                            num_sms, 0.04f, 0, 0);
-  cudaError_t e2 = GQA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 32, 8, 4,
+  cudaError_t e2 = GQA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 32, 8, 16, 4,
                            num_sms, 0.08f, 0, 0);
   std::printf("%d %d\\n", (int)e1, (int)e2);
   return 0;

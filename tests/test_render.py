@@ -47,7 +47,7 @@ def test_name_is_derived_from_the_config_and_changes_with_it():
     b = variant_from_dict({"kind": "pipeline_selftest", "pipeline": {"num_kv_stages": 4}})
     assert a.name == variant_name(a.config) and a.name.endswith(config_hash(a.config)[:8])
     assert a.name != b.name
-    assert a.name.startswith("kvforge_pipeline_selftest_sm90_s3x1_p1c2_arrive_b8192_")
+    assert a.name.startswith("kvforge_pipeline_selftest_sm90_s3x1_pr1co2t_arrive_b8192_")
 
 
 def test_every_default_variant_has_a_unique_name_and_path():

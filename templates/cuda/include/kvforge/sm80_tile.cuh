@@ -65,33 +65,64 @@ struct MmaType<__half> {
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
 };
 
+// ---- fragments typed by role --------------------------------------------------------------
+// QK multiplies an A fragment (Q) by K^T fragments; PV multiplies an A fragment (P) by V
+// fragments. The loaders return distinct types and qk_mma / pv_mma accept only their own, so
+// feeding a V fragment to QK (or K to PV) fails to compile instead of computing garbage.
+struct FragA { u32 r[4]; };    // 16 x 16 of a row-major tile (ldmatrix x4)
+struct FragKt { u32 r[4]; };   // K^T for two n8 tiles: keys n0..n0+7 in r[0..1], n0+8..n0+15 in r[2..3]
+struct FragKt8 { u32 r[2]; };  // K^T for one n8 tile
+struct FragV { u32 r[4]; };    // V for two n8 tiles: dims n0..n0+7 in r[0..1], n0+8..n0+15 in r[2..3]
+
 // A fragment (16 x 16) of a row-major tile with `stride` bytes per row, at (row0, col0 elements).
-__device__ __forceinline__ void load_a(u32 (&a)[4], const unsigned char* tile, int stride, int row0, int col0) {
+__device__ __forceinline__ FragA load_a(const unsigned char* tile, int stride, int row0, int col0) {
   const int lane = threadIdx.x & 31;
-  ldmatrix_x4(a, tile + (row0 + (lane & 15)) * stride + (col0 + (lane >> 4) * 8) * 2);
+  FragA a;
+  ldmatrix_x4(a.r, tile + (row0 + (lane & 15)) * stride + (col0 + (lane >> 4) * 8) * 2);
+  return a;
 }
 
-// B fragments of two n8 tiles for S = A * K^T, K row-major [key][dim]: keys n0..n0+15, dims k0..k0+15.
-// b[0], b[1]: keys n0..n0+7; b[2], b[3]: keys n0+8..n0+15.
-__device__ __forceinline__ void load_b_kt(u32 (&b)[4], const unsigned char* tile, int stride, int n0, int k0) {
+// K^T fragments for S = A * K^T, K row-major [key][dim]: keys n0..n0+15, dims k0..k0+15.
+__device__ __forceinline__ FragKt load_kt(const unsigned char* tile, int stride, int n0, int k0) {
   const int lane = threadIdx.x & 31;
-  ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  FragKt b;
+  ldmatrix_x4(b.r, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  return b;
 }
 
-// B fragment of one n8 tile for S = A * K^T: keys n0..n0+7, dims k0..k0+15.
 __device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
 }
-__device__ __forceinline__ void load_b_kt_x2(u32 (&b)[2], const unsigned char* tile, int stride, int n0, int k0) {
+// K^T fragment of one n8 tile: keys n0..n0+7, dims k0..k0+15.
+__device__ __forceinline__ FragKt8 load_kt8(const unsigned char* tile, int stride, int n0, int k0) {
   const int lane = threadIdx.x & 31;
-  ldmatrix_x2(b, tile + (n0 + (lane & 7)) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  FragKt8 b;
+  ldmatrix_x2(b.r, tile + (n0 + (lane & 7)) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  return b;
 }
 
-// B fragments of two n8 tiles for O = P * V, V row-major [key][dim]: keys k0..k0+15, dims n0..n0+15.
-// b[0], b[1]: dims n0..n0+7; b[2], b[3]: dims n0+8..n0+15.
-__device__ __forceinline__ void load_b_v(u32 (&b)[4], const unsigned char* tile, int stride, int k0, int n0) {
+// V fragments for O = P * V, V row-major [key][dim]: keys k0..k0+15, dims n0..n0+15.
+__device__ __forceinline__ FragV load_v(const unsigned char* tile, int stride, int k0, int n0) {
   const int lane = threadIdx.x & 31;
-  ldmatrix_x4_trans(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + (n0 + (lane >> 4) * 8) * 2);
+  FragV b;
+  ldmatrix_x4_trans(b.r, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + (n0 + (lane >> 4) * 8) * 2);
+  return b;
+}
+
+// S[n8 tile pair] += Q K^T; O[n8 tile pair] += P V.
+template <class T>
+__device__ __forceinline__ void qk_mma(float (&s0)[4], float (&s1)[4], const FragA& q, const FragKt& k) {
+  MmaType<T>::mma(s0, q.r, k.r[0], k.r[1]);
+  MmaType<T>::mma(s1, q.r, k.r[2], k.r[3]);
+}
+template <class T>
+__device__ __forceinline__ void qk_mma(float (&s)[4], const FragA& q, const FragKt8& k) {
+  MmaType<T>::mma(s, q.r, k.r[0], k.r[1]);
+}
+template <class T>
+__device__ __forceinline__ void pv_mma(float (&o0)[4], float (&o1)[4], const FragA& p, const FragV& v) {
+  MmaType<T>::mma(o0, p.r, v.r[0], v.r[1]);
+  MmaType<T>::mma(o1, p.r, v.r[2], v.r[3]);
 }
 
 // Named barrier over `threads` threads (ids 1.. ; 0 is __syncthreads).

@@ -37,6 +37,25 @@ __device__ inline void barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
+// Atomically moves *p from 0 to `code`; returns the previous value (0 when this call won).
+__device__ inline int kvforge_claim(int* p, int code) {
+  int expected = 0;
+  __atomic_compare_exchange_n(p, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected;
+}
+__device__ inline int thread_index() { return thread_id(); }
+// Block-wide OR through one LDS word (a region of the kernel's layout); every thread of the
+// workgroup must call it.
+__device__ inline bool kvforge_block_any(bool pred, int* flag) {
+  if (thread_id() == 0) *flag = 0;
+  barrier();
+  if (pred) *flag = 1;
+  barrier();
+  const bool any = *flag != 0;
+  barrier();
+  return any;
+}
+
 __device__ inline float xor_shuffle(float v, int mask) {
   const int src = (lane_id() ^ mask) << 2;
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src, __builtin_bit_cast(int, v)));
