@@ -40,7 +40,7 @@ def _assert_matches_reference(family, case, out, lse, *, causal):
 def _reset():
     from torch._dynamo.utils import counters
 
-    _reset()
+    torch._dynamo.reset()
     counters.clear()
 
 
