@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from dataclasses import dataclass
 
@@ -65,28 +66,68 @@ _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load(compiled: CompiledKernel, symbol: str, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
-    """Kernel `symbol` of the cubin, loaded once per device, with its dynamic-SMEM limit raised
-    (once per kernel)."""
-    from cuda.core import ObjectCode
+@contextmanager
+def _relaxed_capture_mode():
+    """Loading a module is a "potentially unsafe" call for a global-mode stream capture (torch's
+    default): made during a capture on any thread, it fails and invalidates that capture
+    (cudaErrorStreamCaptureInvalidated). Like torch's allocator around cudaMalloc, the loading
+    thread relaxes its capture mode for the duration of the load."""
+    from cuda.bindings import driver
 
+    relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    (prev,) = _check(driver.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        driver.cuThreadExchangeStreamCaptureMode(prev)
+
+
+def _load_into_context(kernel, device_id: int, name: str) -> None:
+    """Load the kernel into the device's primary context now. With lazy loading
+    (CUDA_MODULE_LOADING=LAZY, the default) a library kernel is otherwise loaded into a context at
+    its first launch, which may be inside a stream capture, on whichever thread launches."""
+    from cuda.bindings import driver
+
+    handle = kernel.handle
+    if not isinstance(handle, driver.CUkernel):
+        return  # a module function is already bound to a context
+    ctx = device(device_id).context.handle
+    _check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        _check(driver.cuKernelGetFunction(handle), f"cuKernelGetFunction({name})")
+    finally:
+        driver.cuCtxPopCurrent()
+
+
+def load(compiled: CompiledKernel, symbol: str, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
+    """Kernel `symbol` of the cubin, loaded once per device into its primary context, with its
+    dynamic-SMEM limit raised (once per kernel). Safe to call while a stream is being captured."""
     digest = hashlib.sha256(compiled.cubin).hexdigest()
     key = (digest, symbol, device_id)
     with _lock:
         hit = _loaded.get(key)
         if hit is not None and hit.max_dynamic_smem >= dynamic_smem:
             return hit
-        device(device_id)
-        module = _modules.get((digest, device_id))
-        if module is None:
-            module = ObjectCode.from_cubin(compiled.cubin, name=compiled.name)
-            _modules[(digest, device_id)] = module
-        kernel = module.get_kernel(symbol)
-        if dynamic_smem > 48 * 1024:
-            _set_max_dynamic_smem(kernel, dynamic_smem, device_id, symbol)
-        loaded = LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id)
+        with _relaxed_capture_mode():
+            loaded = _load_locked(compiled, digest, symbol, dynamic_smem, device_id)
         _loaded[key] = loaded
         return loaded
+
+
+def _load_locked(compiled: CompiledKernel, digest: str, symbol: str, dynamic_smem: int,
+                 device_id: int) -> LoadedKernel:
+    from cuda.core import ObjectCode
+
+    device(device_id)
+    module = _modules.get((digest, device_id))
+    if module is None:
+        module = ObjectCode.from_cubin(compiled.cubin, name=compiled.name)
+        _modules[(digest, device_id)] = module
+    kernel = module.get_kernel(symbol)
+    if dynamic_smem > 48 * 1024:
+        _set_max_dynamic_smem(kernel, dynamic_smem, device_id, symbol)
+    _load_into_context(kernel, device_id, symbol)
+    return LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id)
 
 
 @lru_cache(maxsize=64)
