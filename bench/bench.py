@@ -102,8 +102,8 @@ def make_inputs(sh: Shape, copies: int):
 
 def run_kvforge(sh, q, k, v, bt, lens):
     if sh.family == "mla_decode":
-        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, check_inputs=False)[0]
-    return kvforge.gqa_decode(q, k, v, bt, lens, check_inputs=False)[0]
+        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens)[0]
 
 
 def run_torch(sh, q, k, v, bt, lens):

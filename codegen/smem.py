@@ -23,14 +23,34 @@ class SmemLayoutBuilder:
         self.end = offset + size
         return region
 
-    def build(self) -> "SmemLayout":
-        return SmemLayout(tuple(self.regions), self.end)
+    def build(self, aliases: tuple[tuple[str, str], ...] = ()) -> "SmemLayout":
+        layout = SmemLayout(tuple(self.regions), self.end, aliases)
+        clash = layout.overlaps()
+        if clash:
+            raise ValueError(f"shared-memory layout: regions overlap without being declared aliases: {clash} "
+                             f"({layout.describe()})")
+        return layout
 
 
 @dataclass(frozen=True)
 class SmemLayout:
     regions: tuple[Region, ...]
     total_bytes: int
+    aliases: tuple[tuple[str, str], ...] = ()  # region pairs that share bytes on purpose
+
+    def overlaps(self) -> list[tuple[str, str]]:
+        """Pairs of non-empty regions whose byte ranges intersect and are not declared aliases,
+        plus any region reaching past total_bytes (paired with '<end>')."""
+        bad = []
+        allowed = {frozenset(p) for p in self.aliases}
+        live = [r for r in self.regions if r.size > 0]
+        for i, a in enumerate(live):
+            if a.offset < 0 or a.offset + a.size > self.total_bytes:
+                bad.append((a.name, "<end>"))
+            for b in live[i + 1:]:
+                if a.offset < b.offset + b.size and b.offset < a.offset + a.size and frozenset((a.name, b.name)) not in allowed:
+                    bad.append((a.name, b.name))
+        return bad
 
     def __getitem__(self, name: str) -> Region:
         for r in self.regions:

@@ -5,7 +5,9 @@ validated configs into CUDA/HIP sources and `kvforge.runtime` compiles, caches a
 """
 from kvforge.codegen.errors import ConfigError
 from kvforge.codegen.version import VERSION as __version__
-from kvforge.runtime.decode import gqa_decode, mla_decode
+from kvforge.runtime.decode import GQADecode, MLADecode, gqa_decode, mla_decode
+from kvforge.runtime.error_record import DeviceInputError, check_errors
 from kvforge.runtime.errors import CompileError
 
-__all__ = ["ConfigError", "CompileError", "gqa_decode", "mla_decode", "__version__"]
+__all__ = ["ConfigError", "CompileError", "DeviceInputError", "GQADecode", "MLADecode", "check_errors", "gqa_decode",
+           "mla_decode", "__version__"]

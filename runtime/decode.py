@@ -1,55 +1,95 @@
-"""The high-level decode API: kvforge.mla_decode and kvforge.gqa_decode.
+"""The decode API: the plan/run objects `MLADecode` / `GQADecode`, and the functions
+`kvforge.mla_decode` / `kvforge.gqa_decode`, a thin layer over cached plans.
 
-Each call checks every argument (before any launch), picks the variant for the shapes and the
-device, compiles it on first use (through the cache), and launches the split plan, the main kernel
-and, when sequences are split, the combine kernel on the caller's stream. The split count depends
-on the batch, the heads and the SM count only, never on the lengths: a call can be captured in a
-CUDA graph and replayed with new `cache_seqlens`.
+A call checks its arguments on the host (shapes, dtypes, devices, strides; cached per tensor
+signature for torch), then launches the main kernel and, when sequences are split, the combine
+kernel on the caller's stream. It never synchronises and never copies to the host: the lengths
+and the block table are checked on the device (a sequence that points outside the cache gets NaN
+rows and an entry in the error record that `kvforge.check_errors()` raises). `check_inputs=True`
+(or KVFORGE_DEBUG=1) adds the old host-side range checks, which synchronise. The split count
+depends on the batch, the heads and the SM count only, so a call can be captured in a CUDA graph
+and replayed with new `cache_seqlens`.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import os
+import threading
 from functools import lru_cache
 
-import numpy as np
-
-from kvforge.codegen.decode import MAX_SPLITS, DecodeConfig
+from kvforge.codegen import policy
+from kvforge.codegen.decode import DecodeConfig
 from kvforge.codegen.variant import Variant
 
-from .compiler import compile
-from .device import device_arch, sm_count
-from .launch import LoadedKernel, load, resolve_stream
-from .select import select_decode_config
-from .tensors import TensorArg, device_view
+from . import torch_ops
+from .call_args import CallShape, check_ranges_on_host, check_scale_args, torch_signature, validate
+from .device import device_arch, on_device
+from .plan import DecodePlan
 
-MLA_DQK, MLA_DV = 576, 512
-GQA_HEAD_DIMS = (64, 128, 256)
-PAGE_SIZES = (16, 32, 64, 128)
-MAX_S_Q = 8
-LOG2E = 1.4426950408889634
+_TORCH_DTYPES: dict[str, object] = {}
 
 
-@dataclass(frozen=True)
-class DecodeKernels:
-    variant: Variant
-    plan: LoadedKernel
-    main: LoadedKernel
-    combine: LoadedKernel
-
-
+# ---- plans ------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
-def decode_kernels(config: DecodeConfig, device_id: int = 0) -> DecodeKernels:
-    """The variant's three kernels, compiled (via the cache) and loaded once per device."""
-    variant = Variant(config)
-    compiled = compile(variant)
-    plan, main, combine = variant.kernels
-    return DecodeKernels(variant, load(compiled, plan.symbol, 0, device_id),
-                         load(compiled, main.symbol, main.dynamic_smem_bytes, device_id),
-                         load(compiled, combine.symbol, 0, device_id))
+def _on_rocm() -> bool:
+    from .device import cuda_device_count
+    from .hip_launch import rocm_device_count
+
+    return cuda_device_count() == 0 and rocm_device_count() > 0
 
 
-# ---- allocation in the caller's framework -----------------------------------------------------
+def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
+                  device_id: int) -> DecodeConfig:
+    """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm)."""
+    from .select import select_cdna_config, select_decode_config
+
+    if _on_rocm():
+        from .hip_launch import rocm_arch
+
+        return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
+                                  s_q=s_q)
+    return select_decode_config(family, device_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
+                                s_q=s_q)
+
+
+_plans: dict[tuple, DecodePlan] = {}
+_plans_lock = threading.Lock()
+
+
+def plan_for(config: DecodeConfig, device_id: int) -> DecodePlan:
+    """The variant's plan on the device: compiled (through the cache) and loaded once."""
+    key = (config, device_id)
+    plan = _plans.get(key)
+    if plan is None:
+        with _plans_lock:
+            plan = _plans.get(key)
+            if plan is None:
+                plan = _plans[key] = DecodePlan(Variant(config), device_id)
+    return plan
+
+
+def _check_config(cfg: DecodeConfig, shape: CallShape) -> None:
+    """A pinned config must match the call's shapes and run on the device."""
+    from .device import runs_on
+
+    want = {"family": shape.family, "q_dtype": shape.dtype, "kv_dtype": shape.dtype, "page_size": shape.page_size,
+            "head_dim_qk": shape.head_dim}
+    if shape.family == "gqa_decode":
+        want["heads_per_cta"] = shape.group
+    for field, value in want.items():
+        if getattr(cfg, field) != value:
+            raise ValueError(f"config.{field}={getattr(cfg, field)!r} does not fit this call, which needs {value!r}")
+    if cfg.max_s_q < shape.s_q:
+        raise ValueError(f"config.max_s_q={cfg.max_s_q} is below this call's s_q={shape.s_q}")
+    if _on_rocm():
+        from .hip_launch import rocm_arch
+
+        if cfg.arch != rocm_arch(shape.device_id):
+            raise ValueError(f"config.arch={cfg.arch!r} does not run on this {rocm_arch(shape.device_id)} device")
+    elif cfg.backend == "cdna" or not runs_on(cfg.arch, device_arch(shape.device_id)):
+        raise ValueError(f"config.arch={cfg.arch!r} does not run on this {device_arch(shape.device_id)} device")
+
+
+# ---- the frameworks' tensors, streams and devices ------------------------------------------------
 def _framework(obj) -> str:
     mod = type(obj).__module__.split(".")[0]
     return mod if mod in ("torch", "cupy") else "other"
@@ -60,279 +100,209 @@ def _empty(like, shape, dtype: str, device_id: int):
     if kind == "torch":
         import torch
 
-        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32}[dtype]
-        return torch.empty(shape, dtype=tdt, device=f"cuda:{device_id}")
+        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        return torch.empty(shape, dtype=tdt, device=like.device)
     if kind == "cupy":
         import cupy
 
         if dtype == "bf16":
             raise TypeError("cupy has no bfloat16: pass `out` explicitly")
         with cupy.cuda.Device(device_id):
-            return cupy.empty(shape, dtype={"fp16": "float16", "fp32": "float32", "int32": "int32"}[dtype])
+            return cupy.empty(shape, dtype={"fp16": "float16", "fp32": "float32"}[dtype])
     raise TypeError(f"cannot allocate for {type(like).__name__} inputs: pass out and lse explicitly "
                     "(kvforge allocates with torch or cupy only)")
 
 
-def _default_stream(like, stream):
-    if stream is not None:
+def _ptr(obj) -> int:
+    return obj.data_ptr() if _framework(obj) == "torch" else device_ptr(obj)
+
+
+def device_ptr(obj) -> int:
+    from .tensors import device_view
+
+    return device_view(obj, "workspace", contiguous=False).ptr
+
+
+def _stream_handle(stream, like, device_id: int) -> int:
+    """The raw stream handle a call launches on: `stream` as given, else the framework's current
+    stream of the tensors' device (torch, cupy), else the device's default stream."""
+    if stream is None:
+        kind = _framework(like)
+        if kind == "torch":
+            import torch
+
+            try:
+                return torch._C._cuda_getCurrentRawStream(device_id)
+            except AttributeError:  # older torch
+                return torch.cuda.current_stream(device_id).cuda_stream
+        if kind == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(device_id):
+                return cupy.cuda.get_current_stream().ptr
+        return 0
+    if isinstance(stream, int):
         return stream
-    kind = _framework(like)
-    if kind == "torch":
-        import torch
-
-        return torch.cuda.current_stream().cuda_stream
-    if kind == "cupy":
-        import cupy
-
-        return cupy.cuda.get_current_stream().ptr
-    return None
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    if hasattr(stream, "handle"):  # cuda.core Stream
+        return int(stream.handle)
+    raise TypeError(f"stream: expected None, an int handle, a torch/cupy/cuda.core stream or an object with "
+                    f"__cuda_stream__, got {type(stream).__name__}")
 
 
-def _is_capturing(like) -> bool:
-    if _framework(like) == "torch":
-        import torch
-
-        return torch.cuda.is_current_stream_capturing()
-    return False
+def _debug(check_inputs) -> bool:
+    return check_inputs if check_inputs is not None else os.environ.get("KVFORGE_DEBUG") == "1"
 
 
-def _to_host(t: TensorArg) -> np.ndarray | None:
-    kind = _framework(t.obj)
-    if kind == "torch":
-        return t.obj.cpu().numpy()
-    if kind == "cupy":
-        return t.obj.get()
-    return None
+def _is_capturing(like, stream_handle: int) -> bool:
+    from cuda.bindings import driver
+
+    err, status = driver.cuStreamIsCapturing(stream_handle)
+    return err == driver.CUresult.CUDA_SUCCESS and status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
-# ---- argument checks --------------------------------------------------------------------------
-def _check_common(q: TensorArg, block_table, cache_seqlens, batch: int, device_id: int):
-    bt = device_view(block_table, "block_table", dtype="int32", ndim=2, device_id=device_id)
-    sl = device_view(cache_seqlens, "cache_seqlens", dtype="int32", ndim=1, device_id=device_id)
-    if bt.shape[0] != batch:
-        raise ValueError(f"block_table: batch {bt.shape[0]} does not match q's batch {batch}")
-    if sl.shape[0] != batch:
-        raise ValueError(f"cache_seqlens: batch {sl.shape[0]} does not match q's batch {batch}")
-    return bt, sl
+# ---- one call ----------------------------------------------------------------------------------
+class _Prepared:
+    """A validated call signature: its shape, plan and launch geometry (reused while it repeats)."""
+
+    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale")
+
+    def __init__(self, shape: CallShape, plan: DecodePlan) -> None:
+        self.shape, self.plan = shape, plan
+        self.geometry = plan.geometry(shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads)
+        self.ws_floats = plan.workspace_floats(shape.batch, shape.s_q, shape.num_q_heads, self.geometry[0])
+        self.scale = shape.default_scale
 
 
-def _check_lengths(sl: TensorArg, bt: TensorArg, num_pages: int, page_size: int) -> None:
-    """Host-side range checks of cache_seqlens and the used block-table entries (one sync)."""
-    lens = _to_host(sl)
-    if lens is None:
-        return
-    cap = bt.shape[1] * page_size
-    bad = np.nonzero((lens < 0) | (lens > cap))[0]
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"cache_seqlens[{i}]={int(lens[i])}: must be in 0..{cap} "
-                         f"(block_table has {bt.shape[1]} pages of {page_size} tokens)")
-    table = _to_host(bt)
-    for b, n in enumerate(lens):
-        used = table[b, : -(-int(n) // page_size)]
-        if used.size and (used.min() < 0 or used.max() >= num_pages):
-            raise ValueError(f"block_table[{b}]: pages used by its {int(n)} tokens must be in 0..{num_pages - 1}, "
-                             f"found {int(used.min())}..{int(used.max())}")
+class _Runner:
+    """The call path shared by the functions and the plan objects of one family."""
+
+    MAX_SIGNATURES = 256
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._seen: dict[tuple, _Prepared] = {}
+
+    def prepare(self, q, k, v, bt, sl, out, lse, *, plan_source, torch_in: bool):
+        """(_Prepared, views or None). Torch calls whose signature was validated before skip the checks."""
+        if torch_in:
+            sig = (torch_signature(q, k, v, bt, sl, out, lse), plan_source.key)
+            hit = self._seen.get(sig)
+            if hit is not None:
+                return hit, None
+        shape, views = validate(self.family, q, k, v, bt, sl, out, lse)
+        prepared = _Prepared(shape, plan_source.plan(shape))
+        if torch_in and len(self._seen) < self.MAX_SIGNATURES:
+            self._seen[sig] = prepared
+        return prepared, views
+
+    def call(self, q, k, v, bt, sl, out, lse, *, softmax_scale, causal, stream, check_inputs, plan_source,
+             workspace=None):
+        torch_in = _framework(q) == "torch"
+        prep, views = self.prepare(q, k, v, bt, sl, out, lse, plan_source=plan_source, torch_in=torch_in)
+        shape = prep.shape
+        dev = shape.device_id
+        if out is None:
+            out = _empty(q, shape.out_shape, shape.dtype, dev)
+        if lse is None:
+            lse = _empty(q, shape.lse_shape, "fp32", dev)
+        handle = _stream_handle(stream, q, dev)
+        if _debug(check_inputs):
+            if views is None:
+                _, views = validate(self.family, q, k, v, bt, sl, out, lse)
+            if not _is_capturing(q, handle):
+                check_ranges_on_host(shape, views[3], views[4])
+        ws_ptr = 0
+        if prep.ws_floats:
+            ws_ptr = workspace(prep.ws_floats) if workspace is not None else _ptr(_empty(q, (prep.ws_floats,), "fp32", dev))
+        scale = prep.scale if softmax_scale is None else softmax_scale
+        if torch_in:
+            pq, pk, pv, pb, ps, po, pl = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(),
+                                          out.data_ptr(), lse.data_ptr())
+        else:
+            pq, pk, pv, pb, ps, po, pl = (_ptr(x) for x in (q, k, v, bt, sl, out, lse))
+        args = (pq, pk, pv, pb, ps, po, pl, ws_ptr)
+        kw = dict(batch=shape.batch, s_q=shape.s_q, num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
+                  num_pages=shape.num_pages, max_pages=shape.max_pages, scale_log2=scale * policy.LOG2E,
+                  causal=bool(causal) and shape.s_q > 1, stream=handle, geometry=prep.geometry)
+        if prep.plan.launcher.platform == "cuda":
+            with on_device(dev):  # the tensors' device, whatever the caller's current one is
+                prep.plan.launch(*args, **kw)
+        else:
+            prep.plan.launch(*args, **kw)
+        return out, lse
 
 
-def _check_out(out, lse, q: TensorArg, out_shape, lse_shape, device_id):
-    if out is None:
-        out = _empty(q.obj, out_shape, q.dtype, device_id)
-    o = device_view(out, "out", dtype=q.dtype, device_id=device_id)
-    if o.shape != tuple(out_shape):
-        raise ValueError(f"out: shape must be {tuple(out_shape)}, got {o.shape}")
-    if lse is None:
-        lse = _empty(q.obj, lse_shape, "fp32", device_id)
-    ls = device_view(lse, "lse", dtype="fp32", device_id=device_id)
-    if ls.shape != tuple(lse_shape):
-        raise ValueError(f"lse: shape must be {tuple(lse_shape)}, got {ls.shape}")
-    return out, o, lse, ls
+class _SelectedPlans:
+    """The functions' plan source: the built-in choice (or a pinned config) per shape class."""
+
+    def __init__(self, config: DecodeConfig | None) -> None:
+        self.config = config
+        self.key = config
+
+    def plan(self, shape: CallShape) -> DecodePlan:
+        if self.config is not None:
+            _check_config(self.config, shape)
+            return plan_for(self.config, shape.device_id)
+        cfg = select_config(shape.family, shape.dtype, shape.page_size, shape.group, shape.head_dim, shape.s_q,
+                            shape.device_id)
+        return plan_for(cfg, shape.device_id)
 
 
-def _num_splits(ctas: int, ctas_per_sm: int, device_id: int) -> int:
-    """Splits per sequence so that the grid fills the SMs: a function of shapes and the SM count."""
-    return max(1, min(MAX_SPLITS, (sm_count(device_id) * ctas_per_sm) // max(ctas, 1)))
+_RUNNERS = {"mla_decode": _Runner("mla_decode"), "gqa_decode": _Runner("gqa_decode")}
+_DEFAULT_PLANS = _SelectedPlans(None)
 
 
-def _launch(k: DecodeKernels, *, q, kcache, vcache, bt, sl, out, lse, batch, s_q, num_q_heads, num_kv_heads,
-            head_blocks, softmax_scale, causal, stream, device_id):
-    cfg = k.variant.config
-    main = k.variant.main_kernel
-    splits = _num_splits(head_blocks * batch, cfg.ctas_per_sm, device_id)
-    like = q.obj
-    plan = _empty(like, (batch, 2), "int32", device_id)
-    plan_ptr = device_view(plan, "split_plan", device_id=device_id).ptr
-    part_o_ptr = part_lse_ptr = 0
-    if splits > 1:
-        part_o = _empty(like, (batch * splits * s_q * num_q_heads * cfg.head_dim_v,), "fp32", device_id)
-        part_lse = _empty(like, (batch * splits * s_q * num_q_heads,), "fp32", device_id)
-        part_o_ptr, part_lse_ptr = (device_view(x, "workspace", device_id=device_id).ptr for x in (part_o, part_lse))
-    st = resolve_stream(_default_stream(like, stream), device_id)
-    min_keys = cfg.min_keys_per_split
-    k.plan.launch((math.ceil(batch / 256), 1, 1), (256, 1, 1), 0, st, sl.ptr, plan_ptr, np.int32(batch),
-                  np.int32(splits), np.int32(min_keys))
-    k.main.launch((head_blocks, batch, splits), main.block, main.dynamic_smem_bytes, st,
-                  q.ptr, kcache.ptr, vcache.ptr, bt.ptr, sl.ptr, plan_ptr, out.ptr, lse.ptr, part_o_ptr, part_lse_ptr,
-                  np.int32(s_q), np.int32(num_q_heads), np.int32(num_kv_heads), np.int32(bt.shape[1]),
-                  np.int32(splits), np.float32(softmax_scale * LOG2E), np.int32(1 if causal else 0))
-    if splits > 1:
-        comb = k.variant.kernels[2]
-        k.combine.launch((num_q_heads, s_q, batch), comb.block, 0, st, part_o_ptr, part_lse_ptr, plan_ptr, out.ptr,
-                         lse.ptr, np.int32(s_q), np.int32(num_q_heads), np.int32(splits))
-    return splits
+@lru_cache(maxsize=64)
+def _pinned(config: DecodeConfig) -> _SelectedPlans:
+    return _SelectedPlans(config)
 
 
-def _check_config(cfg, family, dev, dtype, page_size, head_dim, s_q, group) -> None:
-    """A pinned config must match the call's shapes and run on the device."""
-    from .demo import runs_on
-
-    want = {"family": family, "q_dtype": dtype, "kv_dtype": dtype, "page_size": page_size,
-            "head_dim_qk": head_dim, "backend": "sm80"}
-    if group is not None:
-        want["heads_per_cta"] = group
-    for field, value in want.items():
-        if getattr(cfg, field) != value:
-            raise ValueError(f"config.{field}={getattr(cfg, field)!r} does not fit this call, which needs {value!r}")
-    if cfg.max_s_q < s_q:
-        raise ValueError(f"config.max_s_q={cfg.max_s_q} is below this call's s_q={s_q}")
-    if not runs_on(cfg.arch, device_arch(dev)):
-        raise ValueError(f"config.arch={cfg.arch!r} does not run on this {device_arch(dev)} device")
+def _mla_decode_impl(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
+                     out=None, lse=None, stream=None, check_inputs=None, config=None):
+    if kv_scale is not None:
+        check_scale_args(kv_scale=kv_scale)
+    return _RUNNERS["mla_decode"].call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse,
+                                       softmax_scale=softmax_scale, causal=causal, stream=stream,
+                                       check_inputs=check_inputs,
+                                       plan_source=_DEFAULT_PLANS if config is None else _pinned(config))
 
 
-def _check_kv_dtype(t: TensorArg, q_dtype: str) -> None:
-    if t.dtype != q_dtype:
-        if t.dtype == "fp8_e4m3":
-            raise TypeError(f"{t.name}: fp8_e4m3 KV needs the sm90 backend, which has not landed; use bf16/fp16")
-        raise TypeError(f"{t.name}: dtype must match q ({q_dtype}), got {t.dtype}")
-
-
-def _scalar_scale(name: str, value, kv_dtype: str) -> None:
-    if value is not None:
-        raise ValueError(f"{name}: scales apply to fp8_e4m3 KV caches only; this cache is {kv_dtype} "
-                         "(fp8 KV arrives with the sm90 backend)")
-
-
-def _checked_call(family, q, qa: TensorArg, kc: TensorArg, vc: TensorArg, block_table, cache_seqlens, out, lse, *,
-                  out_shape, lse_shape, head_dim, select_heads, num_q_heads, num_kv_heads, softmax_scale, causal,
-                  stream, check_inputs, config):
-    """The part both families share once their own shapes are checked: the common arguments,
-    outputs and lengths, the variant, and the launch."""
-    dev, batch = qa.device_id, qa.shape[0]
-    s_q = 1 if len(qa.shape) == 3 else qa.shape[1]
-    num_pages, page_size = kc.shape[0], kc.shape[1]
-    bt, sl = _check_common(qa, block_table, cache_seqlens, batch, dev)
-    out, oa, lse, la = _check_out(out, lse, qa, out_shape, lse_shape, dev)
-    if check_inputs and not _is_capturing(q):
-        _check_lengths(sl, bt, num_pages, page_size)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
-    if _on_rocm():
-        return _hip_call(family, qa, kc, vc, bt, sl, oa, la, out, lse, select_heads=select_heads, head_dim=head_dim,
-                         num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, scale=scale, causal=causal and s_q > 1,
-                         stream=stream, config=config)
-    if config is None:
-        kernels = _selected_kernels(family, qa.dtype, page_size, select_heads, head_dim, s_q, dev)
-    else:
-        _check_config(config, family, dev, qa.dtype, page_size, head_dim, s_q,
-                      select_heads if family == "gqa_decode" else None)
-        kernels = decode_kernels(config, dev)
-    cfg = kernels.variant.config
-    head_blocks = -(-num_q_heads // cfg.heads_per_cta) if family == "mla_decode" else num_kv_heads
-    _launch(kernels, q=qa, kcache=kc, vcache=vc, bt=bt, sl=sl, out=oa, lse=la, batch=batch,
-            s_q=s_q, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_blocks=head_blocks,
-            softmax_scale=scale, causal=causal and s_q > 1, stream=stream, device_id=dev)
-    return out, lse
-
-
-@lru_cache(maxsize=None)
-def _selected_kernels(family, dtype, page_size, heads, head_dim, s_q, device_id) -> DecodeKernels:
-    """The built-in choice for these shapes, compiled and loaded (one dict lookup per call after the first)."""
-    cfg = select_decode_config(family, device_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
-                               s_q=s_q)
-    return decode_kernels(cfg, device_id)
-
-
-@lru_cache(maxsize=1)
-def _on_rocm() -> bool:
-    from .device import cuda_device_count
-    from .hip_launch import rocm_device_count
-
-    return cuda_device_count() == 0 and rocm_device_count() > 0
-
-
-def _hip_call(family, qa, kc, vc, bt, sl, oa, la, out, lse, *, select_heads, head_dim, num_q_heads, num_kv_heads,
-              scale, causal, stream, config):
-    """The same call on a ROCm device: cdna variant, hiprtc through the cache, hip-python launches.
-    Never run here (no AMD GPU); compile-verified in CI."""
-    from kvforge.codegen.variant import Variant
-
-    from .hip_compiler import compile_hip
-    from .hip_launch import load_hip, rocm_arch
-    from .select import select_cdna_config
-
-    batch = qa.shape[0]
-    s_q = 1 if len(qa.shape) == 3 else qa.shape[1]
-    cfg = config or select_cdna_config(family, rocm_arch(qa.device_id), qa.dtype, kc.shape[1], heads=select_heads,
-                                       head_dim=head_dim, s_q=s_q)
-    variant = Variant(cfg)
-    compiled = compile_hip(variant)
-    plan_k, main_k, comb_k = (load_hip(compiled, k.symbol) for k in variant.kernels)
-    head_blocks = -(-num_q_heads // cfg.heads_per_cta) if family == "mla_decode" else num_kv_heads
-    splits = 1 if head_blocks * batch >= 64 else max(1, min(MAX_SPLITS, 128 // (head_blocks * batch)))
-    like = qa.obj
-    plan = _empty(like, (batch, 2), "int32", qa.device_id)
-    part_o = _empty(like, (max(1, batch * splits * s_q * num_q_heads * cfg.head_dim_v),), "fp32", qa.device_id)
-    part_lse = _empty(like, (max(1, batch * splits * s_q * num_q_heads),), "fp32", qa.device_id)
-    st = _default_stream(like, stream)
-    ptr = lambda t: ("ptr", int(t.data_ptr()))  # noqa: E731 - torch on ROCm
-    plan_k.launch((-(-batch // 256), 1, 1), (256, 1, 1), st, ("ptr", sl.ptr), ptr(plan), batch, splits,
-                  cfg.min_keys_per_split)
-    main_k.launch((head_blocks, batch, splits), (cfg.threads, 1, 1), st, ("ptr", qa.ptr), ("ptr", kc.ptr),
-                  ("ptr", vc.ptr), ("ptr", bt.ptr), ("ptr", sl.ptr), ptr(plan), ("ptr", oa.ptr), ("ptr", la.ptr),
-                  ptr(part_o), ptr(part_lse), s_q, num_q_heads, num_kv_heads, bt.shape[1], splits, float(scale * LOG2E),
-                  1 if causal else 0)
-    if splits > 1:
-        comb_k.launch((num_q_heads, s_q, batch), (256, 1, 1), st, ptr(part_o), ptr(part_lse), ptr(plan),
-                      ("ptr", oa.ptr), ("ptr", la.ptr), s_q, num_q_heads, splits)
-    return out, lse
+def _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False,
+                     k_scale=None, v_scale=None, out=None, lse=None, stream=None, check_inputs=None, config=None):
+    if k_scale is not None or v_scale is not None:
+        check_scale_args(k_scale=k_scale, v_scale=v_scale)
+    return _RUNNERS["gqa_decode"].call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse,
+                                       softmax_scale=softmax_scale, causal=causal, stream=stream,
+                                       check_inputs=check_inputs,
+                                       plan_source=_DEFAULT_PLANS if config is None else _pinned(config))
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
-               out=None, lse=None, stream=None, check_inputs: bool = True, config: DecodeConfig | None = None):
+               out=None, lse=None, stream=None, check_inputs=None, config: DecodeConfig | None = None):
     """DeepSeek-style MLA decode over a paged latent cache.
 
     q [B, s_q, H, 576] bf16/fp16; kv_cache [num_pages, page_size, 576] (or [.., 1, 576]), same dtype;
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out [B, s_q, H, 512],
-    lse [B, H, s_q] fp32, natural log). `check_inputs=False` skips the host-side range check of the
-    lengths and block table (it syncs; it is skipped automatically during graph capture).
-    `config` pins the variant instead of the built-in choice; it must fit the shapes.
+    lse [B, H, s_q] fp32, natural log). Never synchronises: out-of-range lengths or pages give
+    NaN rows and an error `kvforge.check_errors()` raises. `check_inputs=True` (or KVFORGE_DEBUG=1)
+    also checks them on the host first (a sync; skipped during graph capture). `config` pins the
+    variant instead of the built-in choice; it must fit the shapes.
     """
-    qa = device_view(q, "q", dtype=("bf16", "fp16"), ndim=4)
-    dev = qa.device_id
-    batch, s_q, heads, dqk = qa.shape
-    if dqk != MLA_DQK:
-        raise ValueError(f"q: last dimension must be {MLA_DQK} (512 latent + 64 rope), got {dqk}")
-    if not 1 <= s_q <= MAX_S_Q:
-        raise ValueError(f"q: s_q={s_q} is outside the supported 1..{MAX_S_Q}")
-    if not 1 <= heads <= 128:
-        raise ValueError(f"q: {heads} heads; MLA decode supports 1..128")
-    kv = device_view(kv_cache, "kv_cache", ndim=(3, 4), device_id=dev)
-    _check_kv_dtype(kv, qa.dtype)
-    _scalar_scale("kv_scale", kv_scale, kv.dtype)
-    if len(kv.shape) == 4 and kv.shape[2] != 1:
-        raise ValueError(f"kv_cache: a 4-D MLA cache must have h_kv=1, got shape {kv.shape}")
-    if kv.shape[-1] != MLA_DQK:
-        raise ValueError(f"kv_cache: last dimension must be {MLA_DQK}, got shape {kv.shape}")
-    page_size = kv.shape[1]
-    if page_size not in PAGE_SIZES:
-        raise ValueError(f"kv_cache: page_size={page_size}; supported: {', '.join(map(str, PAGE_SIZES))}")
-    return _checked_call("mla_decode", q, qa, kv, kv, block_table, cache_seqlens, out, lse,
-                         out_shape=(batch, s_q, heads, MLA_DV), lse_shape=(batch, heads, s_q), head_dim=MLA_DQK,
-                         select_heads=heads, num_q_heads=heads, num_kv_heads=1, softmax_scale=softmax_scale,
-                         causal=causal, stream=stream, check_inputs=check_inputs, config=config)
+    if torch_ops.is_compiling():
+        return torch_ops.mla_decode_op(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
+                                       causal=causal, kv_scale=kv_scale, out=out, lse=lse, stream=stream,
+                                       check_inputs=check_inputs, config=config)
+    return _mla_decode_impl(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale, causal=causal,
+                            kv_scale=kv_scale, out=out, lse=lse, stream=stream, check_inputs=check_inputs,
+                            config=config)
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
-               v_scale=None, out=None, lse=None, stream=None, check_inputs: bool = True,
+               v_scale=None, out=None, lse=None, stream=None, check_inputs=None,
                config: DecodeConfig | None = None):
     """MHA/GQA/MQA decode over paged K and V caches.
 
@@ -341,38 +311,129 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out shaped like q,
     lse [B, Hq, s_q] fp32, natural log). `check_inputs` and `config` as for mla_decode.
     """
-    qa = device_view(q, "q", dtype=("bf16", "fp16"), ndim=(3, 4))
-    dev = qa.device_id
-    if len(qa.shape) == 3:
-        batch, hq, d = qa.shape
-        s_q = 1
-    else:
-        batch, s_q, hq, d = qa.shape
-    if d not in GQA_HEAD_DIMS:
-        raise ValueError(f"q: head dim {d}; supported: {', '.join(map(str, GQA_HEAD_DIMS))}")
-    if not 1 <= s_q <= MAX_S_Q:
-        raise ValueError(f"q: s_q={s_q} is outside the supported 1..{MAX_S_Q}")
-    ka = device_view(k_cache, "k_cache", ndim=4, device_id=dev)
-    va = device_view(v_cache, "v_cache", ndim=4, device_id=dev)
-    for t in (ka, va):
-        _check_kv_dtype(t, qa.dtype)
-    _scalar_scale("k_scale", k_scale, ka.dtype)
-    _scalar_scale("v_scale", v_scale, va.dtype)
-    if ka.shape != va.shape:
-        raise ValueError(f"v_cache: shape {va.shape} must equal k_cache's {ka.shape}")
-    _, page_size, hkv, dk = ka.shape
-    if dk != d:
-        raise ValueError(f"k_cache: head dim {dk} does not match q's {d}")
-    if page_size not in PAGE_SIZES:
-        raise ValueError(f"k_cache: page_size={page_size}; supported: {', '.join(map(str, PAGE_SIZES))}")
-    if hkv < 1 or hq % hkv:
-        raise ValueError(f"q: {hq} query heads is not a multiple of the {hkv} KV heads")
-    group = hq // hkv
-    if group not in (1, 2, 4, 8, 16):
-        raise ValueError(f"q: {hq} query heads over {hkv} KV heads is a group of {group}; supported 1, 2, 4, 8, 16")
-    if group * s_q > 128:
-        raise ValueError(f"q: group {group} x s_q {s_q} = {group * s_q} query rows per KV head; at most 128")
-    return _checked_call("gqa_decode", q, qa, ka, va, block_table, cache_seqlens, out, lse, out_shape=qa.shape,
-                         lse_shape=(batch, hq, s_q), head_dim=d, select_heads=group, num_q_heads=hq, num_kv_heads=hkv,
-                         softmax_scale=softmax_scale, causal=causal, stream=stream, check_inputs=check_inputs,
-                         config=config)
+    if torch_ops.is_compiling():
+        return torch_ops.gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
+                                       causal=causal, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                                       stream=stream, check_inputs=check_inputs, config=config)
+    return _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
+                            causal=causal, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse, stream=stream,
+                            check_inputs=check_inputs, config=config)
+
+
+# ---- plan/run objects for engines ------------------------------------------------------------------
+class _FixedPlan:
+    """A plan object's plan source: one variant, and the shape class it was built for."""
+
+    def __init__(self, owner: "_DecodeObject") -> None:
+        self.owner = owner
+        self.key = ("fixed", id(owner))
+
+    def plan(self, shape: CallShape) -> DecodePlan:
+        self.owner._check_shape(shape)
+        return self.owner.plan
+
+
+class _DecodeObject:
+    family = ""
+
+    def __init__(self, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str,
+                 max_batch: int, s_q: int, device: int, config: DecodeConfig | None) -> None:
+        from .call_args import CallShape
+
+        if dtype not in ("bf16", "fp16"):
+            raise ValueError(f"dtype={dtype!r}: supported 'bf16', 'fp16'")
+        if page_size not in policy.PAGE_SIZES:
+            raise ValueError(f"page_size={page_size}; supported: {', '.join(map(str, policy.PAGE_SIZES))}")
+        if not 1 <= s_q <= policy.MAX_S_Q:
+            raise ValueError(f"s_q={s_q} is outside the supported 1..{policy.MAX_S_Q}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch={max_batch}: must be at least 1")
+        self.device_id = device.index if hasattr(device, "index") and device.index is not None else int(device or 0)
+        self.max_batch, self.s_q = max_batch, s_q
+        self._shape = CallShape(self.family, self.device_id, dtype, max_batch, s_q, num_q_heads, num_kv_heads,
+                                head_dim, page_size, 1, 1, (), ())
+        group = self._shape.group
+        if config is None:
+            config = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id)
+        else:
+            _check_config(config, self._shape)
+        self.config = config
+        self.plan = plan_for(config, self.device_id)
+        blocks = policy.head_blocks(self.family, num_q_heads, num_kv_heads, config.heads_per_cta)
+        rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms)
+        self._workspace = None
+        self._workspace_floats = rows * (1 + config.head_dim_v)
+        self._source = _FixedPlan(self)
+        self._runner = _Runner(self.family)
+
+    def _check_shape(self, shape: CallShape) -> None:
+        want = self._shape
+        for field in ("dtype", "page_size", "num_q_heads", "num_kv_heads", "head_dim", "device_id"):
+            if getattr(shape, field) != getattr(want, field):
+                raise ValueError(f"{field}={getattr(shape, field)!r} does not match this {type(self).__name__}, "
+                                 f"planned for {getattr(want, field)!r}")
+        if shape.batch > self.max_batch:
+            raise ValueError(f"q: batch {shape.batch} exceeds max_batch={self.max_batch} of this {type(self).__name__}")
+        if shape.s_q != self.s_q:
+            raise ValueError(f"q: s_q={shape.s_q} does not match this {type(self).__name__}, planned for s_q={self.s_q}")
+
+    def _workspace_ptr(self, floats: int) -> int:
+        if floats > self._workspace_floats:  # cannot happen for batch <= max_batch (policy.workspace_rows)
+            raise RuntimeError(f"workspace of {self._workspace_floats} floats is short of {floats}")
+        if self._workspace is None:
+            from .memory import DeviceBuffer
+
+            self._workspace = DeviceBuffer(self.device_id, 4 * self._workspace_floats)
+        return self._workspace.ptr
+
+    def _run(self, q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream, check_inputs):
+        return self._runner.call(q, k, v, block_table, cache_seqlens, out, lse, softmax_scale=softmax_scale,
+                                 causal=causal, stream=stream, check_inputs=check_inputs, plan_source=self._source,
+                                 workspace=self._workspace_ptr)
+
+
+class MLADecode(_DecodeObject):
+    """MLA decode planned once for a shape class, run per step (FlashInfer-style plan/run).
+
+        dec = kvforge.MLADecode(num_heads=128, page_size=64, dtype="bf16", max_batch=256)
+        out, lse = dec.run(q, kv_cache, block_table, cache_seqlens)
+
+    The variant is chosen, compiled and loaded and the split workspace allocated here; `run`
+    checks the tensors (once per signature), writes pointers and launches. One object per stream:
+    concurrent runs of one object on different streams would share its workspace.
+    """
+
+    family = "mla_decode"
+
+    def __init__(self, num_heads: int, page_size: int, dtype: str = "bf16", *, max_batch: int, s_q: int = 1,
+                 device=0, config: DecodeConfig | None = None) -> None:
+        if not 1 <= num_heads <= policy.MLA_MAX_HEADS:
+            raise ValueError(f"num_heads={num_heads}: MLA decode supports 1..{policy.MLA_MAX_HEADS}")
+        super().__init__(num_q_heads=num_heads, num_kv_heads=1, head_dim=policy.MLA_DIMS[0], page_size=page_size,
+                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config)
+
+    def run(self, q, kv_cache, block_table, cache_seqlens, *, out=None, lse=None, softmax_scale=None, causal=False,
+            stream=None, check_inputs=None):
+        return self._run(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                         check_inputs)
+
+
+class GQADecode(_DecodeObject):
+    """GQA/MHA/MQA decode planned once for a shape class; see MLADecode."""
+
+    family = "gqa_decode"
+
+    def __init__(self, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str = "bf16", *,
+                 max_batch: int, s_q: int = 1, device=0, config: DecodeConfig | None = None) -> None:
+        if head_dim not in policy.GQA_HEAD_DIMS:
+            raise ValueError(f"head_dim={head_dim}; supported: {', '.join(map(str, policy.GQA_HEAD_DIMS))}")
+        if num_kv_heads < 1 or num_q_heads % num_kv_heads or num_q_heads // num_kv_heads not in policy.GQA_GROUPS:
+            raise ValueError(f"num_q_heads={num_q_heads}, num_kv_heads={num_kv_heads}: the group must be one of "
+                             f"{', '.join(map(str, policy.GQA_GROUPS))}")
+        super().__init__(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config)
+
+    def run(self, q, k_cache, v_cache, block_table, cache_seqlens, *, out=None, lse=None, softmax_scale=None,
+            causal=False, stream=None, check_inputs=None):
+        return self._run(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                         check_inputs)

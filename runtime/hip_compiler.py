@@ -59,6 +59,10 @@ def compile_hip(variant: Variant, *, compiler: str | None = None, cache: KernelC
         raise CompileError(variant.name, variant.arch, "CUDA variants compile through kvforge.runtime.compile")
     compiler = compiler or default_compiler(variant.arch)
     cache = cache or KernelCache()
+    memo_key = (str(cache.root), variant.name, compiler)
+    hit = _memo.get(memo_key)  # the in-process memo: no re-render, re-hash or disk read per call
+    if hit is not None:
+        return hit
     source = render_variant(variant)
     key = _key(source, variant.arch, compiler, COMMON_OPTS)
     entry = cache.get(variant.name, key)
@@ -71,8 +75,13 @@ def compile_hip(variant: Variant, *, compiler: str | None = None, cache: KernelC
             if entry is None:
                 entry = cache.put(variant.name, key, *_build(variant, source, compiler))
     meta = entry.meta
-    return CompiledKernel(variant.name, variant.arch, entry.binary, KernelResources(**meta["resources"]),
-                          meta["compile_seconds"], False, False)
+    kernel = CompiledKernel(variant.name, variant.arch, entry.binary, KernelResources(**meta["resources"]),
+                            meta["compile_seconds"], False, False)
+    _memo[memo_key] = kernel
+    return kernel
+
+
+_memo: dict[tuple, CompiledKernel] = {}  # (cache root, variant name, compiler): names carry the config hash
 
 
 def _build(variant: Variant, source: str, compiler: str) -> tuple[bytes, dict]:

@@ -7,6 +7,7 @@ object (tests/test_hip_compile.py); this module's calls follow hip-python's docu
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,16 +63,72 @@ class HipKernel:
                                          kernelParams=None, extra=packed), f"hipModuleLaunchKernel({self.name})")
 
 
-_modules: dict[str, object] = {}
+_modules: dict[tuple, object] = {}
+_functions: dict[tuple, "HipKernel"] = {}
+_records: dict[int, int] = {}
 _lock = threading.Lock()
 
 
-def load_hip(compiled: CompiledKernel, symbol: str) -> HipKernel:
+def load_hip(compiled: CompiledKernel, symbol: str, device_id: int = 0) -> HipKernel:
+    """Kernel `symbol` of the code object, loaded once per device (modules keyed by the code
+    object's digest and the device, functions by symbol too)."""
     from hip import hip
 
+    digest = hashlib.sha256(compiled.cubin).hexdigest()
     with _lock:
-        module = _modules.get(compiled.name)
+        fn = _functions.get((digest, symbol, device_id))
+        if fn is not None:
+            return fn
+        _check(hip.hipSetDevice(device_id), f"hipSetDevice({device_id})")
+        module = _modules.get((digest, device_id))
         if module is None:
             module = _check(hip.hipModuleLoadData(compiled.cubin), f"hipModuleLoadData({compiled.name})")
-            _modules[compiled.name] = module
-        return HipKernel(symbol, _check(hip.hipModuleGetFunction(module, symbol.encode()), f"hipModuleGetFunction({symbol})"))
+            _modules[(digest, device_id)] = module
+        fn = HipKernel(symbol, _check(hip.hipModuleGetFunction(module, symbol.encode()),
+                                      f"hipModuleGetFunction({symbol})"))
+        _functions[(digest, symbol, device_id)] = fn
+        return fn
+
+
+@lru_cache(maxsize=None)
+def cu_count(device_id: int = 0) -> int:
+    from hip import hip
+
+    props = hip.hipDeviceProp_t()
+    _check(hip.hipGetDeviceProperties(props, device_id), "hipGetDeviceProperties")
+    return int(props.multiProcessorCount)
+
+
+def error_record_ptr(device_id: int) -> int:
+    """The device's error record (ERROR_RECORD_INTS int32, zeroed once)."""
+    from hip import hip
+
+    from kvforge.codegen.policy import ERROR_RECORD_INTS
+
+    with _lock:
+        ptr = _records.get(device_id)
+        if ptr is None:
+            _check(hip.hipSetDevice(device_id), f"hipSetDevice({device_id})")
+            ptr = int(_check(hip.hipMalloc(ERROR_RECORD_INTS * 4), "hipMalloc(error record)"))
+            _check(hip.hipMemset(ptr, 0, ERROR_RECORD_INTS * 4), "hipMemset(error record)")
+            _records[device_id] = ptr
+        return ptr
+
+
+class PackedHipLaunch:
+    """PackedLaunch's interface for HIP: slots per contract argument, packed at launch."""
+
+    def __init__(self, kernel: HipKernel, contract) -> None:
+        self.kernel, self.contract = kernel, contract
+        self.index = {a.name: i for i, a in enumerate(contract.args)}
+        kinds = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}
+        self.slots = [kinds[a.scalar_kind]() for a in contract.args]
+        self.kinds = [a.scalar_kind for a in contract.args]
+
+    def set(self, name: str, value) -> None:
+        self.slots[self.index[name]].value = value
+
+    def launch(self, grid, stream) -> None:
+        args = tuple(("ptr", s.value) if k == "ptr" else (float(s.value) if k == "float" else int(s.value))
+                     for s, k in zip(self.slots, self.kinds))
+        self.kernel.launch(grid, self.contract.block, stream or None, *args)

@@ -1,7 +1,10 @@
-"""Loading cubins and launching kernels through cuda.core, with the max-dynamic-SMEM attribute
-raised once per loaded kernel."""
+"""Loading cubins and launching kernels: modules through cuda.core, loaded once per device into
+its primary context with the max-dynamic-SMEM attribute raised once per kernel; launches either
+through cuda.core (`LoadedKernel.launch`, general) or through `PackedLaunch` (the hot path: the
+arguments of a kernel contract packed once, one cuLaunchKernel per call)."""
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import threading
 from contextlib import contextmanager
@@ -44,6 +47,7 @@ class LoadedKernel:
     kernel: object  # cuda.core Kernel
     max_dynamic_smem: int
     device_id: int
+    function: object = None  # CUfunction in the device's primary context (cuLaunchKernel takes it)
 
     def launch(self, grid, block, smem: int, stream, *args) -> None:
         from cuda.core import launch
@@ -82,21 +86,23 @@ def _relaxed_capture_mode():
         driver.cuThreadExchangeStreamCaptureMode(prev)
 
 
-def _load_into_context(kernel, device_id: int, name: str) -> None:
-    """Load the kernel into the device's primary context now. With lazy loading
-    (CUDA_MODULE_LOADING=LAZY, the default) a library kernel is otherwise loaded into a context at
-    its first launch, which may be inside a stream capture, on whichever thread launches."""
+def _load_into_context(kernel, device_id: int, name: str):
+    """Load the kernel into the device's primary context now and return its CUfunction there.
+    With lazy loading (CUDA_MODULE_LOADING=LAZY, the default) a library kernel is otherwise loaded
+    into a context at its first launch, which may be inside a stream capture, on whichever thread
+    launches."""
     from cuda.bindings import driver
 
     handle = kernel.handle
     if not isinstance(handle, driver.CUkernel):
-        return  # a module function is already bound to a context
+        return handle  # a module function is already bound to a context
     ctx = device(device_id).context.handle
     _check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
     try:
-        _check(driver.cuKernelGetFunction(handle), f"cuKernelGetFunction({name})")
+        (function,) = _check(driver.cuKernelGetFunction(handle), f"cuKernelGetFunction({name})")
     finally:
         driver.cuCtxPopCurrent()
+    return function
 
 
 def load(compiled: CompiledKernel, symbol: str, dynamic_smem: int, device_id: int = 0) -> LoadedKernel:
@@ -126,8 +132,48 @@ def _load_locked(compiled: CompiledKernel, digest: str, symbol: str, dynamic_sme
     kernel = module.get_kernel(symbol)
     if dynamic_smem > 48 * 1024:
         _set_max_dynamic_smem(kernel, dynamic_smem, device_id, symbol)
-    _load_into_context(kernel, device_id, symbol)
-    return LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id)
+    function = _load_into_context(kernel, device_id, symbol)
+    return LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id, function)
+
+
+_C_SLOTS = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}
+
+
+class PackedLaunch:
+    """One kernel's launch with its arguments packed once, in its contract's order.
+
+    Each argument has a ctypes slot; `kernelParams` is an array of the slots' addresses, built
+    once. A call writes the slots whose values changed (`set`) and launches with one
+    cuLaunchKernel; the driver copies the parameters at the launch (and into a graph node under
+    capture), so the slots may be rewritten as soon as `launch` returns. Not thread-safe: the
+    plan that owns it serialises set + launch.
+    """
+
+    def __init__(self, kernel: LoadedKernel, contract) -> None:
+        if contract.dynamic_smem_bytes > kernel.max_dynamic_smem:
+            raise LaunchError(f"{contract.symbol}: {contract.dynamic_smem_bytes} B of dynamic shared memory "
+                              f"requested, the kernel was loaded for at most {kernel.max_dynamic_smem} B")
+        self.name = contract.symbol
+        self.contract = contract
+        self.index = {a.name: i for i, a in enumerate(contract.args)}
+        self.slots = [_C_SLOTS[a.scalar_kind]() for a in contract.args]
+        self._argv = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(v) for v in self.slots])
+        self._argv_addr = ctypes.addressof(self._argv)
+        self._function = kernel.function
+        self._block = contract.block
+        self._smem = contract.dynamic_smem_bytes
+
+    def set(self, name: str, value) -> None:
+        self.slots[self.index[name]].value = value
+
+    def launch(self, grid: tuple[int, int, int], stream_handle: int) -> None:
+        from cuda.bindings import driver
+
+        bx, by, bz = self._block
+        (err,) = driver.cuLaunchKernel(self._function, grid[0], grid[1], grid[2], bx, by, bz, self._smem,
+                                       stream_handle, self._argv_addr, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            _check(err, f"cuLaunchKernel({self.name}, grid={tuple(grid)})")
 
 
 @lru_cache(maxsize=64)

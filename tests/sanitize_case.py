@@ -1,19 +1,70 @@
-"""One small decode call per family, run under compute-sanitizer by test_sanitizer_gpu.py."""
+"""Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
+
+    python sanitize_case.py mla_decode|gqa_decode|selftest_<arrive|expect_tx>_<thread|warp>
+
+Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
+several times, in a batch whose long sequences are split on the device, next to lengths 1 and
+40; one more call takes the built-in choice with s_q = 2 and the causal rule. The self-test cases
+stream 48 slots through a 2-slot ring in one CTA."""
 import sys
 
+import numpy as np
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from paged_inputs import make_case  # noqa: E402
 
 import kvforge  # noqa: E402
+from kvforge.codegen.decode import DecodeConfig  # noqa: E402
+from kvforge.codegen.errors import build  # noqa: E402
+from kvforge.runtime.device import device_arch  # noqa: E402
+from kvforge.runtime.select import select_decode_config  # noqa: E402
 
-family = sys.argv[1]
-if family == "mla_decode":
-    case = make_case(family, batch=2, s_q=2, hq=16, hkv=1, d=576, page_size=32, lens=[70, 5], seed=1)
-    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True)
+
+def two_slot_ring(family, page_size, heads, head_dim, s_q=1):
+    cfg = select_decode_config(family, device_arch(0), "bf16", page_size, heads=heads, head_dim=head_dim, s_q=s_q)
+    data = cfg.model_dump(mode="json")
+    data["pipeline"]["num_kv_stages"] = 2
+    return build(DecodeConfig, data)
+
+
+def decode_case(family):
+    lens = [1500, 40, 1]
+    if family == "mla_decode":
+        case = make_case(family, batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=1)
+        kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, config=two_slot_ring(family, 64, 16, 576))
+        case = make_case(family, batch=2, s_q=2, hq=16, hkv=1, d=576, page_size=32, lens=[700, 5], seed=2)
+        kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True)
+    else:
+        case = make_case(family, batch=3, s_q=1, hq=8, hkv=2, d=128, page_size=16, lens=lens, seed=1)
+        kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens,
+                           config=two_slot_ring(family, 16, 4, 128))
+        case = make_case(family, batch=2, s_q=2, hq=8, hkv=1, d=64, page_size=64, lens=[700, 5], seed=2)
+        kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True)
+
+
+def selftest_case(fill, arrive):
+    from kvforge.codegen.variant import variant_from_dict
+    from kvforge.runtime.selftest import launch_pipeline_selftest, reference_sums
+
+    v = variant_from_dict({"kind": "pipeline_selftest", "arch": device_arch(0), "fill": fill, "slot_bytes": 4096,
+                           "pipeline": {"num_kv_stages": 2, "num_qk_stages": 1, "num_producer": 1,
+                                        "num_consumer": 2, "consumer_arrive": arrive}})
+    words = v.config.tile_bytes // 4 * 48
+    host = np.random.default_rng(0).integers(0, 2**32, size=words, dtype=np.uint32)
+    src = torch.from_numpy(host.view(np.int32)).cuda().view(torch.uint32)
+    out = torch.full((48, 1, 2), -1, dtype=torch.int32, device="cuda").view(torch.uint32)
+    launch_pipeline_selftest(v, src, out, grid=1)
+    torch.cuda.synchronize()
+    got = out.view(torch.int32).cpu().numpy().view(np.uint32)
+    assert (got == reference_sums(host, v)).all(), "self-test sums differ"
+
+
+what = sys.argv[1]
+if what.startswith("selftest_"):
+    selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
 else:
-    case = make_case(family, batch=2, s_q=1, hq=8, hkv=2, d=128, page_size=16, lens=[70, 5], seed=1)
-    kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens)
+    decode_case(what)
 torch.cuda.synchronize()
+kvforge.check_errors()
 print("sanitized run done")

@@ -47,7 +47,7 @@ def test_mla_wrong_dtypes(mla):
         _mla(mla, block_table=mla.block_table.long())
     with pytest.raises(TypeError, match=r"^cache_seqlens: dtype must be int32"):
         _mla(mla, cache_seqlens=mla.seqlens.to(torch.int64))
-    with pytest.raises(TypeError, match=r"^kv_cache: fp8_e4m3 KV needs the sm90 backend"):
+    with pytest.raises(TypeError, match=r"^kv_cache: fp8_e4m3 KV caches are not supported yet"):
         _mla(mla, kv_cache=mla.k.to(torch.float8_e4m3fn))
 
 
@@ -80,21 +80,22 @@ def test_mla_device_strides_and_outputs(mla):
         _mla(mla, out=torch.empty(2, 1, 16, 576, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match=r"^lse: dtype must be fp32"):
         _mla(mla, lse=torch.empty(2, 16, 1, dtype=torch.bfloat16, device="cuda"))
-    with pytest.raises(ValueError, match=r"^kv_scale: scales apply to fp8_e4m3 KV caches only"):
+    with pytest.raises(ValueError, match=r"^kv_scale: scales apply to fp8_e4m3 KV caches"):
         _mla(mla, kv_scale=1.0)
 
 
-def test_out_of_range_lengths_and_pages(mla):
+def test_debug_mode_checks_lengths_and_pages_on_the_host(mla):
+    """check_inputs=True (or KVFORGE_DEBUG=1) keeps the host-side range checks (they sync)."""
     import torch
 
     with pytest.raises(ValueError, match=r"^cache_seqlens\[1\]=9999: must be in 0..192 \(block_table has 3 pages of 64 tokens\)"):
-        _mla(mla, cache_seqlens=torch.tensor([10, 9999], dtype=torch.int32, device="cuda"))
+        _mla(mla, cache_seqlens=torch.tensor([10, 9999], dtype=torch.int32, device="cuda"), check_inputs=True)
     with pytest.raises(ValueError, match=r"^cache_seqlens\[0\]=-1"):
-        _mla(mla, cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32, device="cuda"))
+        _mla(mla, cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32, device="cuda"), check_inputs=True)
     bad = mla.block_table.clone()
     bad[0, 0] = 10**6
     with pytest.raises(ValueError, match=r"^block_table\[0\]: pages used by its 10 tokens must be in 0\.\."):
-        _mla(mla, block_table=bad)
+        _mla(mla, block_table=bad, check_inputs=True)
 
 
 def test_gqa_head_checks(gqa):
@@ -125,6 +126,9 @@ def test_no_launch_happens_on_a_rejected_call(gqa):
 
     out = torch.full((2, 1, 8, 128), 7.0, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError):
-        _gqa(gqa, out=out, cache_seqlens=torch.tensor([10, 10**6], dtype=torch.int32, device="cuda"))
+        _gqa(gqa, out=out, cache_seqlens=torch.tensor([10, 10**6], dtype=torch.int32, device="cuda"),
+             check_inputs=True)
+    with pytest.raises(ValueError):
+        _gqa(gqa, out=out, q=gqa.q[..., :96].contiguous())
     torch.cuda.synchronize()
     assert bool((out == 7.0).all())

@@ -1,0 +1,115 @@
+"""DecodePlan: a decode variant made ready to launch on one device, once.
+
+A plan holds what every call of its shape class shares: the variant and its two kernel contracts,
+the kernels compiled (through the cache) and loaded on the device, one launcher per platform
+(CUDA: packed arguments and one cuLaunchKernel per kernel; HIP: hip-python), the split geometry
+per batch size and the device's error record. `launch()` writes the call's pointers and sizes into
+the packed arguments and launches the main kernel, then the combine kernel when sequences are
+split: nothing is compiled, looked up or allocated there.
+"""
+from __future__ import annotations
+
+import threading
+
+from kvforge.codegen import policy
+from kvforge.codegen.variant import Variant
+
+# The main kernel's arguments a call writes, in this order (the rest follow from the contract).
+CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
+             "num_q_heads", "num_kv_heads", "num_pages", "max_pages", "num_splits", "scale_log2", "causal")
+COMBINE_ARGS = ("part_o", "part_lse", "seqlens", "out", "lse", "s_q", "num_q_heads", "num_splits")
+
+
+class CudaLauncher:
+    """The variant's kernels on a CUDA device, launched through PackedLaunch."""
+
+    platform = "cuda"
+
+    def __init__(self, variant: Variant, device_id: int) -> None:
+        from .compiler import compile
+        from .device import sm_count
+        from .error_record import record_ptr
+        from .launch import PackedLaunch, load
+
+        compiled = compile(variant)
+        main, comb = variant.contracts["main"], variant.contracts["combine"]
+        self.main = PackedLaunch(load(compiled, main.symbol, main.dynamic_smem_bytes, device_id), main)
+        self.combine = PackedLaunch(load(compiled, comb.symbol, comb.dynamic_smem_bytes, device_id), comb)
+        self.num_sms = sm_count(device_id)
+        self.main.set("error_word", record_ptr(device_id))
+
+
+class HipLauncher:
+    """The same on a ROCm device through hip-python. NEVER RUN (no AMD GPU here); compile-verified."""
+
+    platform = "hip"
+
+    def __init__(self, variant: Variant, device_id: int) -> None:
+        from .hip_compiler import compile_hip
+        from .hip_launch import PackedHipLaunch, cu_count, error_record_ptr, load_hip
+
+        compiled = compile_hip(variant)
+        main, comb = variant.contracts["main"], variant.contracts["combine"]
+        self.main = PackedHipLaunch(load_hip(compiled, main.symbol, device_id), main)
+        self.combine = PackedHipLaunch(load_hip(compiled, comb.symbol, device_id), comb)
+        self.num_sms = cu_count(device_id)
+        self.main.set("error_word", error_record_ptr(device_id))
+
+
+class DecodePlan:
+    def __init__(self, variant: Variant, device_id: int) -> None:
+        self.variant = variant
+        self.config = cfg = variant.config
+        self.device_id = device_id
+        self.launcher = (HipLauncher if variant.language == "hip" else CudaLauncher)(variant, device_id)
+        self.num_sms = self.launcher.num_sms
+        self._lock = threading.Lock()
+        self._geometry: dict[tuple, tuple] = {}
+        m, c = self.launcher.main, self.launcher.combine
+        self._main_slots = [m.slots[m.index[n]] for n in CALL_ARGS]
+        self._comb_slots = [c.slots[c.index[n]] for n in COMBINE_ARGS]
+        self.head_dim_v = cfg.head_dim_v
+
+    def splits(self, batch: int, num_q_heads: int, num_kv_heads: int) -> int:
+        blocks = policy.head_blocks(self.config.family, num_q_heads, num_kv_heads, self.config.heads_per_cta)
+        return policy.num_splits(blocks * batch, self.config.ctas_per_sm, self.num_sms)
+
+    def geometry(self, batch: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> tuple:
+        """(splits, main grid, combine grid) for these sizes (cached)."""
+        key = (batch, s_q, num_q_heads, num_kv_heads)
+        geo = self._geometry.get(key)
+        if geo is None:
+            splits = self.splits(batch, num_q_heads, num_kv_heads)
+            values = {"batch": batch, "s_q": s_q, "num_q_heads": num_q_heads, "num_kv_heads": num_kv_heads,
+                      "num_splits": splits}
+            geo = (splits, self.launcher.main.contract.grid_for(values),
+                   self.launcher.combine.contract.grid_for(values))
+            if len(self._geometry) < 4096:
+                self._geometry[key] = geo
+        return geo
+
+    def workspace_floats(self, batch: int, s_q: int, num_q_heads: int, splits: int) -> int:
+        """fp32 words of partials a call needs (0 when no sequence is split): lse rows, then out rows."""
+        if splits <= 1:
+            return 0
+        return batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
+
+    def launch(self, q: int, k_cache: int, v_cache: int, block_table: int, seqlens: int, out: int, lse: int,
+               workspace: int, *, batch: int, s_q: int, num_q_heads: int, num_kv_heads: int, num_pages: int,
+               max_pages: int, scale_log2: float, causal: bool, stream: int, geometry: tuple) -> None:
+        """Launch on `stream` (a raw handle). Pointers are ints; `workspace` holds
+        workspace_floats() fp32 words when sequences may be split."""
+        splits, main_grid, comb_grid = geometry
+        rows = batch * splits * s_q * num_q_heads
+        part_lse = workspace
+        part_o = workspace + 4 * rows if workspace else 0
+        vals = (q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, s_q, num_q_heads, num_kv_heads,
+                num_pages, max_pages, splits, scale_log2, 1 if causal else 0)
+        with self._lock:
+            for slot, v in zip(self._main_slots, vals):
+                slot.value = v
+            self.launcher.main.launch(main_grid, stream)
+            if splits > 1:
+                for slot, v in zip(self._comb_slots, (part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, splits)):
+                    slot.value = v
+                self.launcher.combine.launch(comb_grid, stream)

@@ -1,0 +1,152 @@
+"""One source of truth: the C policy formulas equal the Python ones; every rendered kernel's
+signature, block and shared memory equal its contract; no shared-memory regions overlap."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvforge.codegen import policy
+from kvforge.codegen.contract import GridDim
+from kvforge.codegen.matrix import load_matrix
+from kvforge.codegen.render import render_variant
+
+VARIANTS = load_matrix()
+
+
+def test_c_policy_matches_python_on_many_inputs(tmp_path):
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler here: the C policy is checked where g++ exists (CI)")
+    src = tmp_path / "policy.cpp"
+    src.write_text("#include <cstdio>\n" + policy.C_POLICY + """
+int main() {
+  int a, b, c, d;
+  while (std::scanf("%d %d %d %d", &a, &b, &c, &d) == 4) {
+    int n, chunk;
+    policy_split_plan(a, b, c, d, &n, &chunk);
+    std::printf("%d %d %d %d\\n", n, chunk, policy_num_splits(a, c / 64, b), policy_min_keys_per_split(d));
+  }
+}
+""")
+    exe = tmp_path / "policy"
+    subprocess.run([cxx, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True)
+    import random
+
+    rnd = random.Random(0)
+    cases = [(rnd.choice([0, 1, -5, rnd.randrange(0, 300_000)]), rnd.randrange(1, 65), rnd.choice([64, 128, 256, 512]),
+              rnd.choice([16, 32, 64, 128])) for _ in range(3000)]
+    out = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, c)) for c in cases), capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    for (seqlen, splits, min_keys, bn), line in zip(cases, out):
+        n, chunk, ns, mk = map(int, line.split())
+        assert (n, chunk) == policy.split_plan(seqlen, splits, min_keys, bn), (seqlen, splits, min_keys, bn)
+        assert ns == policy.num_splits(seqlen, min_keys // 64, splits)
+        assert mk == policy.min_keys_per_split(bn)
+
+
+@given(st.integers(0, 10**6), st.integers(1, policy.MAX_SPLITS), st.sampled_from([16, 32, 64, 128]))
+@settings(max_examples=300, deadline=None)
+def test_the_split_plan_covers_each_sequence_exactly(seqlen, splits, bn):
+    n, chunk = policy.split_plan(seqlen, splits, policy.min_keys_per_split(bn), bn)
+    assert 1 <= n <= splits and chunk % bn == 0
+    if seqlen:
+        assert (n - 1) * chunk < seqlen <= n * chunk  # every chunk non-empty, all keys covered
+
+
+def test_workspace_bound_holds_for_every_batch():
+    for blocks in (1, 2, 8, 32):
+        for max_batch in (1, 7, 64, 300):
+            rows = policy.workspace_rows(max_batch, 1, 1, blocks, 2, 132)
+            worst = max(b * policy.num_splits(blocks * b, 2, 132) for b in range(1, max_batch + 1))
+            assert worst <= rows
+
+
+_SIG = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(([^)]*)\)|__attribute__\(\(amdgpu_flat_work_group_size'
+                  r'\(1, ([^)]*)\)\)\))\s*\n(\w+)\(([^)]*)\)', re.M)
+
+
+def _constexprs(src: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr int (\w+) = (-?\d+);", src)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_rendered_kernels_match_their_contracts(variant):
+    src = render_variant(variant)
+    consts = _constexprs(src)
+    found = {m.group(3): m for m in _SIG.finditer(src)}
+    assert set(found) == {k.symbol for k in variant.kernels}, "kernels in the source differ from the contracts"
+    for k in variant.kernels:
+        m = found[k.symbol]
+        params = [p.strip() for p in m.group(4).split(",")]
+        parsed = []
+        for p in params:
+            ctype, name = p.rsplit(" ", 1)
+            parsed.append((name, ctype.replace(" __restrict__", "").strip()))
+        assert parsed == [(a.name, a.ctype) for a in k.args]
+        bound = (m.group(1) or m.group(2)).split(",")[0].strip()
+        threads = int(bound) if bound.isdigit() else consts.get(bound)
+        if threads is None and bound in ("kThreads",):
+            threads = consts["kThreads"]
+        assert threads == k.threads, f"{k.symbol}: launch bound {bound} = {threads}, contract block {k.block}"
+    if variant.family != "pipeline_selftest":
+        main = variant.contracts["main"]
+        if variant.backend == "cdna":  # static LDS: the array size is the layout, no dynamic shared memory
+            assert main.dynamic_smem_bytes == 0 and consts["kLdsBytes"] == variant.config.layout.total_bytes
+        else:
+            assert consts["kSmemBytes"] == main.dynamic_smem_bytes == variant.config.layout.total_bytes
+        comb = variant.contracts["combine"]
+        assert consts["kCombineThreads"] == comb.threads  # the combine strides its columns by its block
+
+
+def test_grid_dims_print_and_evaluate_alike():
+    d = GridDim("num_q_heads", 64)
+    assert d.c() == "(num_q_heads + 63) / 64" and d.value({"num_q_heads": 65}) == 2
+    assert GridDim().c() == "1" and GridDim("batch").value({"batch": 7}) == 7
+
+
+def test_no_smem_regions_overlap_in_any_default_variant():
+    for v in VARIANTS:
+        assert v.config.layout.overlaps() == [], v.name
+
+
+def test_the_overlap_check_finds_a_clash():
+    from kvforge.codegen.smem import Region, SmemLayout
+
+    bad = SmemLayout((Region("a", 0, 128), Region("b", 64, 128)), 256)
+    assert bad.overlaps() == [("a", "b")]
+    assert SmemLayout((Region("a", 0, 128), Region("b", 64, 128)), 256, (("a", "b"),)).overlaps() == []
+    assert SmemLayout((Region("a", 0, 300),), 256).overlaps() == [("a", "<end>")]
+
+
+@given(family=st.sampled_from(["mla_decode", "gqa_decode"]), d=st.sampled_from([64, 128, 256]),
+       hpc=st.sampled_from([1, 2, 4, 8, 16, 32, 64]), page=st.sampled_from([16, 32, 64, 128]),
+       bn=st.sampled_from([16, 32, 64, 128]), s_q=st.integers(1, 4), stages=st.integers(2, 6),
+       consumers=st.sampled_from([1, 2, 4, 8]), producers=st.sampled_from([1, 2, 4]),
+       backend=st.sampled_from(["sm80", "cdna"]))
+@settings(max_examples=400, deadline=None)
+def test_every_accepted_config_has_a_layout_without_overlaps(family, d, hpc, page, bn, s_q, stages, consumers,
+                                                              producers, backend):
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import ConfigError, build
+
+    dqk, dv = (576, 512) if family == "mla_decode" else (d, d)
+    data = dict(family=family, backend=backend, arch="sm_90" if backend == "sm80" else "gfx942", head_dim_qk=dqk,
+                head_dim_v=dv, heads_per_cta=hpc, page_size=page, block_n=bn, max_s_q=s_q)
+    if backend == "sm80":
+        data["pipeline"] = {"num_kv_stages": stages, "num_consumer": consumers, "num_producer": producers}
+    else:
+        data["kv_buffers"] = ({"role": "K", "BN": bn, "WN": 16, "BK": 16, "depth": dqk, "num_threads": 64 * consumers},
+                              {"role": "V", "BN": bn, "WN": bn, "BK": 16, "depth": dv, "num_threads": 64 * consumers})
+    try:
+        cfg = build(DecodeConfig, data)
+    except ConfigError:
+        return
+    layout = cfg.layout
+    assert layout.overlaps() == [] and layout.total_bytes <= 232448
+    ends = sorted((r.offset, r.offset + r.size) for r in layout.regions if r.size)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(ends, ends[1:]))
