@@ -132,14 +132,15 @@ def check_scale_args(**scales) -> None:
                              "pass None for a bf16/fp16 cache")
 
 
-def torch_signature(*tensors) -> tuple:
-    """The facts validate() depends on, read straight from torch tensors (None stays None)."""
+def torch_signature(*tensors) -> tuple | None:
+    """The facts validate() depends on, read straight from torch tensors (None stays None);
+    None when an argument is not a torch tensor (the caller then validates in full)."""
     sig = []
-    for t in tensors:
-        if t is None:
-            sig.append(None)
-        else:
-            sig.append((t.dtype, t.shape, t.device, t.is_contiguous()))
+    try:
+        for t in tensors:
+            sig.append(None if t is None else (t.dtype, t.shape, t.device, t.is_contiguous()))
+    except (AttributeError, TypeError):
+        return None
     return tuple(sig)
 
 

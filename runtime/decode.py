@@ -188,14 +188,16 @@ class _Runner:
 
     def prepare(self, q, k, v, bt, sl, out, lse, *, plan_source, torch_in: bool):
         """(_Prepared, views or None). Torch calls whose signature was validated before skip the checks."""
+        sig = None
         if torch_in:
-            sig = (torch_signature(q, k, v, bt, sl, out, lse), plan_source.key)
-            hit = self._seen.get(sig)
+            facts = torch_signature(q, k, v, bt, sl, out, lse)
+            sig = (facts, plan_source.key) if facts is not None else None
+            hit = self._seen.get(sig) if sig is not None else None
             if hit is not None:
                 return hit, None
         shape, views = validate(self.family, q, k, v, bt, sl, out, lse)
         prepared = _Prepared(shape, plan_source.plan(shape))
-        if torch_in and len(self._seen) < self.MAX_SIGNATURES:
+        if sig is not None and len(self._seen) < self.MAX_SIGNATURES:
             self._seen[sig] = prepared
         return prepared, views
 

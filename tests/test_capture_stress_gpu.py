@@ -38,7 +38,8 @@ SHAPES = ([("mla_decode", h, 576, s_q, (16, 64)[(i + s_q) % 2]) for i, h in enum
            for s_q in (1, 2)]
           + [("gqa_decode", g, d, 1, (16, 64)[(i + j) % 2]) for i, d in enumerate((64, 128, 256))
              for j, g in enumerate((1, 4, 8, 16))])
-LENS = [[900, 33, 0, 257], [1, 700, 64, 3], [512, 2, 899, 100]]  # every set fits the first's pages
+LENS = [[900, 33, 0, 257], [1, 700, 64, 3], [512, 2, 899, 100]]
+CAPACITY = [max(col) for col in zip(*LENS)]  # pages are allocated for these, so every set fits the table
 
 
 def _splits(ctas: int) -> int:
@@ -52,7 +53,10 @@ def _splits(ctas: int) -> int:
 def _case(shape, seed):
     family, heads, d, s_q, page = shape
     hq, hkv = (heads, 1) if family == "mla_decode" else (2 * heads, 2)
-    return make_case(family, batch=4, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=page, lens=LENS[0], seed=seed)
+    case = make_case(family, batch=4, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=page, lens=CAPACITY, seed=seed)
+    case.seqlens.copy_(torch.tensor(LENS[0], dtype=torch.int32))
+    case.host["lens"] = np.array(LENS[0], dtype=np.int32)
+    return case
 
 
 def _call(shape, case, out, lse):
