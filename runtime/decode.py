@@ -184,7 +184,7 @@ def _launch(k: DecodeKernels, *, q, kcache, vcache, bt, sl, out, lse, batch, s_q
 
 def _check_config(cfg, family, dev, dtype, page_size, head_dim, s_q, group) -> None:
     """A pinned config must match the call's shapes and run on the device."""
-    from .demo import runs_on
+    from .device import runs_on
 
     want = {"family": family, "q_dtype": dtype, "kv_dtype": dtype, "page_size": page_size,
             "head_dim_qk": head_dim, "backend": "sm80"}

@@ -16,12 +16,7 @@ from kvforge.codegen.matrix import load_matrix
 
 from .build import amd_toolchain_missing, build_variant
 from .compiler import compile
-from .device import cuda_device_count, device_arch
-
-
-def runs_on(variant_arch: str, dev_arch: str) -> bool:
-    """A cubin runs only on its own major.minor; sm_90a code runs on sm_90 devices."""
-    return variant_arch.removesuffix("a") == dev_arch
+from .device import cuda_device_count, device_arch, runs_on
 
 
 def run_demo(matrix: str | None, out: Path) -> int:

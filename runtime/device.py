@@ -39,3 +39,8 @@ def device_arch(device_id: int = 0) -> str:
 @lru_cache(maxsize=None)
 def sm_count(device_id: int = 0) -> int:
     return device(device_id).properties.multiprocessor_count
+
+
+def runs_on(variant_arch: str, dev_arch: str) -> bool:
+    """A cubin runs only on its own major.minor; sm_90a code runs on sm_90 devices."""
+    return variant_arch.removesuffix("a") == dev_arch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvforge.codegen.cli import main
+from kvforge.runtime.cli import main
 from kvforge.codegen.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def test_list_prints_every_name_and_filters(capsys):
 def test_compile_builds_the_default_matrix_in_under_60_s_on_2_cores(tmp_path, monkeypatch):
     monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "kvforge.codegen.cli", "compile", "--jobs", "2"],
+    r = subprocess.run([sys.executable, "-m", "kvforge.runtime.cli", "compile", "--jobs", "2"],
                        capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout + r.stderr

@@ -18,7 +18,7 @@ VARIANTS = [v for v in load_matrix() if v.family == "pipeline_selftest"]
 
 
 def _runnable(v):
-    from kvforge.runtime.demo import runs_on
+    from kvforge.runtime.device import runs_on
     from kvforge.runtime.device import device_arch
 
     if not runs_on(v.arch, device_arch()):

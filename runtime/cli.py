@@ -1,0 +1,98 @@
+"""The `kvforge` command: the codegen commands (generate, list) plus those that need the runtime:
+compile, demo and cache."""
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.table import Table
+
+from kvforge.codegen.cli import build_parser as codegen_parser
+from kvforge.codegen.cli import console, run, select_variants
+
+
+def _compile_one(config_json: dict, debug: bool):
+    from kvforge.codegen.variant import variant_from_dict
+
+    from .build import build_variant
+
+    k = build_variant(variant_from_dict(config_json), debug=debug)
+    return k.name, k.arch, k.compile_seconds, k.cache_hit, k.resources
+
+
+def cmd_compile(args) -> int:
+    variants = select_variants(args)
+    jobs = args.jobs or os.cpu_count() or 1
+    results, failures = {}, []
+    with Progress(console=console, transient=True) as progress, ProcessPoolExecutor(jobs) as pool:
+        task = progress.add_task(f"NVRTC x{jobs}", total=len(variants))
+        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), args.debug): v for v in variants}
+        for fut in as_completed(futures):
+            v = futures[fut]
+            try:
+                results[v.name] = fut.result()
+            except Exception as err:  # noqa: BLE001 - reported per variant below
+                failures.append((v.name, err))
+            progress.advance(task)
+    table = Table(title=f"{len(results)} variants compiled" + (" (debug barriers)" if args.debug else ""))
+    for col in ("variant", "arch", "compile s", "regs", "spills st/ld B", "static smem B", "dynamic smem B"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    by_name = {v.name: v for v in variants}
+    for name in sorted(results):
+        _, arch, seconds, hit, res = results[name]
+        table.add_row(name, arch, f"{seconds:.2f}" + (" (cached)" if hit else ""), str(res.registers),
+                      f"{res.spill_store_bytes}/{res.spill_load_bytes}", str(res.static_smem_bytes),
+                      str(by_name[name].main_kernel.dynamic_smem_bytes))
+    console.print(table)
+    for name, err in failures:
+        console.print(f"FAILED {name}:\n{err}", style="red", markup=False, highlight=False)
+    return 1 if failures else 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.matrix, Path(args.out))
+
+
+def cmd_cache(args) -> int:
+    from .cache import KernelCache
+
+    cache = KernelCache()
+    if args.action == "clear":
+        console.print(f"removed {cache.clear()} entries from {cache.root}")
+    else:
+        console.print(f"cache dir: {cache.root}\nentries: {len(cache.entries())}\nbytes: {cache.size_bytes()}")
+    return 0
+
+
+def build_parser():
+    p, sub = codegen_parser(__doc__)
+    c = sub.add_parser("compile", help="compile every variant with NVRTC (CPU only) and report resources")
+    c.add_argument("matrix", nargs="?")
+    c.add_argument("--filter")
+    c.add_argument("--arch", nargs="+", help="only variants targeting these arches")
+    c.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
+    c.add_argument("--debug", action="store_true", help="build with bounded, trapping barrier waits")
+    c.set_defaults(func=cmd_compile)
+
+    d = sub.add_parser("demo", help="the main job: generate, compile, and on a GPU run, check and time")
+    d.add_argument("matrix", nargs="?")
+    d.add_argument("--out", default="generated")
+    d.set_defaults(func=cmd_demo)
+
+    k = sub.add_parser("cache", help="inspect or clear the compile cache")
+    k.add_argument("action", choices=["info", "clear"])
+    k.set_defaults(func=cmd_cache)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
