@@ -11,6 +11,7 @@ from kvforge.codegen.errors import ConfigError
 from kvforge.codegen.manifest import render_tree
 from kvforge.codegen.matrix import load_matrix
 from kvforge.codegen.select import select_cdna_config, select_decode_config
+from toolchains import needs_nvrtc
 
 DEFAULT_NAMES = {v.name for v in load_matrix()}
 
@@ -102,3 +103,16 @@ def test_the_manifest_records_the_resolved_values(tmp_path):
     cfg = entry["config"]
     assert (cfg["backend"], cfg["head_dim_qk"], cfg["head_dim_v"]) == ("sm80", 576, 512)
     assert cfg["block_n"] == vs[0].config.block_n and cfg["pipeline"]["num_kv_stages"] >= 2
+
+
+@needs_nvrtc
+def test_the_three_field_mla_entry_generates_and_compiles(tmp_path, monkeypatch, capsys):
+    from kvforge.runtime.cli import main
+
+    monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    m = tmp_path / "mla.toml"
+    m.write_text('[[variant]]\nfamily = "mla_decode"\narch = "sm_90"\npage_size = [64, 16]\nheads_per_cta = 64\n')
+    assert main(["generate", str(m), "--out", str(tmp_path / "g")]) == 0
+    assert len(list((tmp_path / "g" / "sm80").glob("*.cu"))) == 2
+    assert main(["compile", str(m), "--jobs", "2"]) == 0
+    assert "2 variants compiled" in capsys.readouterr().out
