@@ -14,23 +14,32 @@ from rich.console import Console
 from .errors import ConfigError
 from .manifest import check_tree, render_tree, write_tree
 from .matrix import filter_variants, load_matrix
+from .shard import parse_shard, select_shard
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def select_variants(args) -> list:
-    """The variants of args.matrix that pass --filter and --arch (where the command has them)."""
+    """The variants of args.matrix that pass --filter and --arch, then --shard (where the command
+    has them). A filter or arch that matches nothing is an error; an empty shard is not (a small
+    matrix over many build jobs leaves some empty)."""
     variants = filter_variants(load_matrix(args.matrix), getattr(args, "filter", None))
     arches = getattr(args, "arch", None)
     if arches:
         variants = [v for v in variants if v.arch in arches]
     if not variants:
         raise ConfigError("no variant matches the given matrix/filter/arch")
-    return variants
+    return select_shard(variants, getattr(args, "shard", None))
+
+
+def add_shard_option(parser) -> None:
+    parser.add_argument("--shard", type=parse_shard, metavar="i/n",
+                        help="only shard i of n (1-based; by a hash of the variant name, so shards stay put "
+                             "when the matrix grows)")
 
 
 def cmd_generate(args) -> int:
-    variants = load_matrix(args.matrix)
+    variants = select_shard(load_matrix(args.matrix), args.shard)
     files = render_tree(variants)
     out = Path(args.out)
     if args.check:
@@ -42,7 +51,8 @@ def cmd_generate(args) -> int:
         console.print(f"{out} is fresh ({len(variants)} variants, {len(files)} files)")
         return 0
     removed = write_tree(files, out)
-    console.print(f"wrote {len(files)} files for {len(variants)} variants to {out}"
+    console.print(f"wrote {len(files)} files for {len(variants)} variants" + (f" (shard {args.shard})" if args.shard else "")
+                  + f" to {out}"
                   + (f", removed {len(removed)} stale" if removed else ""))
     return 0
 
@@ -59,11 +69,13 @@ def add_codegen_commands(sub) -> None:
     g.add_argument("matrix", nargs="?", help="matrix TOML (default: the built-in matrix)")
     g.add_argument("--out", default="generated", help="output folder (default: generated)")
     g.add_argument("--check", action="store_true", help="exit 1 with a diff when --out is stale")
+    add_shard_option(g)
     g.set_defaults(func=cmd_generate)
 
     ls = sub.add_parser("list", help="list variant names")
     ls.add_argument("matrix", nargs="?")
     ls.add_argument("--filter", help="glob on the variant name (a bare word matches a substring)")
+    add_shard_option(ls)
     ls.set_defaults(func=cmd_list)
 
 
@@ -75,9 +87,12 @@ def build_parser(description: str | None = None) -> tuple[argparse.ArgumentParse
     return p, sub
 
 
-def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    """Parses argv and runs the command; a ConfigError exits 2 with its message."""
+def run(parser: argparse.ArgumentParser, argv: list[str] | None, check=None) -> int:
+    """Parses argv (then `check(parser, args)`, which may call parser.error) and runs the command;
+    a ConfigError exits 2 with its message."""
     args = parser.parse_args(argv)
+    if check is not None:
+        check(parser, args)
     try:
         return args.func(args)
     except ConfigError as err:

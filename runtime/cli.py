@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.progress import Progress
 from rich.table import Table
 
+from kvforge.codegen.cli import add_shard_option, console, run, select_variants
 from kvforge.codegen.cli import build_parser as codegen_parser
-from kvforge.codegen.cli import console, run, select_variants
 
 from .availability import partition, skips_fail
 
@@ -40,7 +40,8 @@ def cmd_compile(args) -> int:
             except Exception as err:  # noqa: BLE001 - reported per variant below
                 failures.append((v.name, err))
             progress.advance(task)
-    table = Table(title=f"{len(results)} variants compiled" + (" (debug barriers)" if args.debug else ""))
+    title = f"{len(results)} variants compiled" + (" (debug barriers)" if args.debug else "")
+    table = Table(title=title + (f" (shard {args.shard} of the selection)" if args.shard else ""))
     for col in ("variant", "arch", "compile s", "regs", "spills st/ld B", "static smem B", "dynamic smem B"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     by_name = {v.name: v for v in variants}
@@ -68,12 +69,26 @@ def cmd_demo(args) -> int:
 
 def cmd_cache(args) -> int:
     from .cache import KernelCache
+    from .cache_transfer import transfer
 
     cache = KernelCache()
     if args.action == "clear":
         console.print(f"removed {cache.clear()} entries from {cache.root}")
-    else:
+    elif args.action == "info":
         console.print(f"cache dir: {cache.root}\nentries: {len(cache.entries())}\nbytes: {cache.size_bytes()}")
+    else:
+        other = KernelCache(Path(args.dir))
+        src, dst = (cache, other) if args.action == "export" else (other, cache)
+        if args.action == "import" and not (src.root / "kernels").is_dir():
+            console.print(f"cache import: {src.root} holds no exported cache (no kernels/ folder)", style="red",
+                          markup=False)
+            return 1
+        report = transfer(src, dst)
+        console.print(f"{args.action}ed {report.copied} entries from {src.root} to {dst.root} "
+                      f"({report.present} already there, {len(report.rejected)} corrupt)", markup=False)
+        for path in report.rejected:
+            console.print(f"rejected (fails its checksum or names another entry): {path}", markup=False)
+        return 1 if args.action == "import" and report.rejected else 0
     return 0
 
 
@@ -88,6 +103,7 @@ def build_parser():
     c.add_argument("--arch", nargs="+", help="only variants targeting these arches")
     c.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
     c.add_argument("--debug", action="store_true", help="build with bounded, trapping barrier waits")
+    add_shard_option(c)
     c.set_defaults(func=cmd_compile)
 
     d = sub.add_parser("demo", help="the main job: generate, compile, and on a GPU run, check and time")
@@ -95,14 +111,25 @@ def build_parser():
     d.add_argument("--out", default="generated")
     d.set_defaults(func=cmd_demo)
 
-    k = sub.add_parser("cache", help="inspect or clear the compile cache")
-    k.add_argument("action", choices=["info", "clear"])
+    k = sub.add_parser("cache", help="inspect, clear, export or import the compile cache")
+    k.add_argument("action", choices=["info", "clear", "export", "import"],
+                   help="export DIR: copy every valid entry into DIR; import DIR: merge DIR's valid entries "
+                        "(each checked, written atomically, never over a valid entry)")
+    k.add_argument("dir", nargs="?", help="the folder to export to or import from")
     k.set_defaults(func=cmd_cache)
     return p
 
 
+def _check_cache_args(parser, args) -> None:
+    if getattr(args, "command", None) == "cache":
+        if args.action in ("export", "import") and not args.dir:
+            parser.error(f"cache {args.action} needs DIR: kvforge cache {args.action} DIR")
+        if args.action in ("info", "clear") and args.dir:
+            parser.error(f"cache {args.action} takes no DIR (got {args.dir!r})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), argv)
+    return run(build_parser(), argv, check=_check_cache_args)
 
 
 if __name__ == "__main__":
