@@ -11,8 +11,8 @@ def _reason(missing) -> str:
     return "; ".join(f"{m.what} ({m.fix})" for m in missing)
 
 
-needs_nvrtc = pytest.mark.skipif(bool(cuda_missing()), reason=f"NVRTC missing: {_reason(cuda_missing())}")
+needs_nvrtc = pytest.mark.skipif(bool(cuda_missing()), reason=f"compiling CUDA needs: {_reason(cuda_missing())}")
 needs_clang = pytest.mark.skipif(bool(hip_missing("gfx942", "clang")),
-                                 reason=f"clang for HIP missing: {_reason(hip_missing('gfx942', 'clang'))}")
+                                 reason=f"compiling HIP with clang needs: {_reason(hip_missing('gfx942', 'clang'))}")
 needs_hiprtc = pytest.mark.skipif(bool(hip_missing("gfx90a", "hiprtc")),
-                                  reason=f"hiprtc missing: {_reason(hip_missing('gfx90a', 'hiprtc'))}")
+                                  reason=f"compiling HIP with hiprtc needs: {_reason(hip_missing('gfx90a', 'hiprtc'))}")
