@@ -95,7 +95,7 @@ if(KVFORGE_CUDA)
     endif()
   endif()
   add_library(kvforge::kernels ALIAS kvforge_kernels)
-  if(PROJECT_IS_TOP_LEVEL)
+  if(PROJECT_IS_TOP_LEVEL AND EXISTS "${{CMAKE_CURRENT_SOURCE_DIR}}/link_check.cu")
     # `cmake -S <this folder>` alone: a host program that links every selected decode launcher.
     add_executable(kvforge_link_check link_check.cu)
     set_target_properties(kvforge_link_check PROPERTIES CUDA_ARCHITECTURES 80 CUDA_STANDARD 17)
@@ -154,9 +154,14 @@ int main() {{
 """
 
 
+def cuda_decode(variants: list[Variant]) -> list[Variant]:
+    """The variants with C launchers (CUDA decode), which link_check.cu references."""
+    return [v for v in variants if v.language == "cuda" and v.family in ("mla_decode", "gqa_decode")]
+
+
 def render_link_check(variants: list[Variant]) -> str:
     """link_check.cu: references every CUDA decode variant's `<variant>_run` under KVFORGE_HAS_<variant>."""
-    decode = [v for v in variants if v.language == "cuda" and v.family in ("mla_decode", "gqa_decode")]
+    decode = cuda_decode(variants)
     digest = hashlib.sha256("".join(sorted(v.config_hash for v in decode)).encode()).hexdigest()
     families = sorted({v.family for v in decode})
     text = LINK_CHECK_HEAD.format(banner=banner(f"configs {digest}"),

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .cmake import render_cmake, render_link_check
+from .cmake import cuda_decode, render_cmake, render_link_check
 from .render import render_launch_header, render_variant, shared_headers, template_hash
 from .variant import Variant
 from .version import VERSION
@@ -46,7 +46,7 @@ def render_tree(variants: list[Variant]) -> dict[str, str]:
             "kernels": [k.to_json() for k in v.kernels],
         })
     files["CMakeLists.txt"] = render_cmake(variants)
-    if any(v.language == "cuda" for v in variants):
+    if cuda_decode(variants):
         files["link_check.cu"] = render_link_check(variants)
     headers = {rel: _sha(text) for rel, text in files.items() if rel.startswith("include/")}
     manifest = {"generator_version": VERSION, "headers": headers, "variants": entries}
