@@ -1,4 +1,5 @@
-"""kvforge.codegen: config models, variant matrices, rendering, the manifest and the CLI."""
+"""kvforge.codegen: config models, variant matrices, the variant choice, rendering, the manifest and the
+codegen commands of the CLI. Never imports kvforge.runtime."""
 from .arch import ARCHS, BACKEND_ARCHS, ArchSpec
 from .errors import ConfigError
 from .matrix import DEFAULT_MATRIX, filter_variants, load_matrix

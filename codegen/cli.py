@@ -1,35 +1,45 @@
-"""The `kvforge` command line: generate, list, compile, demo and cache."""
+"""The codegen half of the `kvforge` command line: `generate` and `list` (no compiler, no GPU).
+
+`kvforge.runtime.cli` adds the commands that need the runtime (compile, demo, cache) to the
+same parser; `python -m kvforge.codegen.cli` runs the codegen commands alone.
+"""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
 from .errors import ConfigError
 from .manifest import check_tree, render_tree, write_tree
 from .matrix import filter_variants, load_matrix
+from .shard import parse_shard, select_shard
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 
 
-def _variants(args) -> list:
+def select_variants(args) -> list:
+    """The variants of args.matrix that pass --filter and --arch, then --shard (where the command
+    has them). A filter or arch that matches nothing is an error; an empty shard is not (a small
+    matrix over many build jobs leaves some empty)."""
     variants = filter_variants(load_matrix(args.matrix), getattr(args, "filter", None))
     arches = getattr(args, "arch", None)
     if arches:
         variants = [v for v in variants if v.arch in arches]
     if not variants:
         raise ConfigError("no variant matches the given matrix/filter/arch")
-    return variants
+    return select_shard(variants, getattr(args, "shard", None))
+
+
+def add_shard_option(parser) -> None:
+    parser.add_argument("--shard", type=parse_shard, metavar="i/n",
+                        help="only shard i of n (1-based; by a hash of the variant name, so shards stay put "
+                             "when the matrix grows)")
 
 
 def cmd_generate(args) -> int:
-    variants = load_matrix(args.matrix)
+    variants = select_shard(load_matrix(args.matrix), args.shard)
     files = render_tree(variants)
     out = Path(args.out)
     if args.check:
@@ -41,112 +51,57 @@ def cmd_generate(args) -> int:
         console.print(f"{out} is fresh ({len(variants)} variants, {len(files)} files)")
         return 0
     removed = write_tree(files, out)
-    console.print(f"wrote {len(files)} files for {len(variants)} variants to {out}"
+    console.print(f"wrote {len(files)} files for {len(variants)} variants" + (f" (shard {args.shard})" if args.shard else "")
+                  + f" to {out}"
                   + (f", removed {len(removed)} stale" if removed else ""))
     return 0
 
 
 def cmd_list(args) -> int:
-    for v in _variants(args):
+    for v in select_variants(args):
         print(v.name)
     return 0
 
 
-def _compile_one(config_json: dict, debug: bool):
-    from kvforge.codegen.variant import variant_from_dict
-    from kvforge.runtime.build import build_variant
-
-    k = build_variant(variant_from_dict(config_json), debug=debug)
-    return k.name, k.arch, k.compile_seconds, k.cache_hit, k.resources
-
-
-def cmd_compile(args) -> int:
-    variants = _variants(args)
-    jobs = args.jobs or os.cpu_count() or 1
-    results, failures = {}, []
-    with Progress(console=console, transient=True) as progress, ProcessPoolExecutor(jobs) as pool:
-        task = progress.add_task(f"NVRTC x{jobs}", total=len(variants))
-        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), args.debug): v for v in variants}
-        for fut in as_completed(futures):
-            v = futures[fut]
-            try:
-                results[v.name] = fut.result()
-            except Exception as err:  # noqa: BLE001 - reported per variant below
-                failures.append((v.name, err))
-            progress.advance(task)
-    table = Table(title=f"{len(results)} variants compiled" + (" (debug barriers)" if args.debug else ""))
-    for col in ("variant", "arch", "compile s", "regs", "spills st/ld B", "static smem B", "dynamic smem B"):
-        table.add_column(col, justify="left" if col == "variant" else "right")
-    by_name = {v.name: v for v in variants}
-    for name in sorted(results):
-        _, arch, seconds, hit, res = results[name]
-        table.add_row(name, arch, f"{seconds:.2f}" + (" (cached)" if hit else ""), str(res.registers),
-                      f"{res.spill_store_bytes}/{res.spill_load_bytes}", str(res.static_smem_bytes),
-                      str(by_name[name].main_kernel.dynamic_smem_bytes))
-    console.print(table)
-    for name, err in failures:
-        console.print(f"FAILED {name}:\n{err}", style="red", markup=False, highlight=False)
-    return 1 if failures else 0
-
-
-def cmd_demo(args) -> int:
-    from kvforge.runtime.demo import run_demo
-
-    return run_demo(args.matrix, Path(args.out))
-
-
-def cmd_cache(args) -> int:
-    from kvforge.runtime.cache import KernelCache
-
-    cache = KernelCache()
-    if args.action == "clear":
-        console.print(f"removed {cache.clear()} entries from {cache.root}")
-    else:
-        console.print(f"cache dir: {cache.root}\nentries: {len(cache.entries())}\nbytes: {cache.size_bytes()}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvforge", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def add_codegen_commands(sub) -> None:
+    """`generate` and `list` on an argparse subparsers object."""
     g = sub.add_parser("generate", help="write sources, shared headers and manifest.json")
     g.add_argument("matrix", nargs="?", help="matrix TOML (default: the built-in matrix)")
     g.add_argument("--out", default="generated", help="output folder (default: generated)")
     g.add_argument("--check", action="store_true", help="exit 1 with a diff when --out is stale")
+    add_shard_option(g)
     g.set_defaults(func=cmd_generate)
 
     ls = sub.add_parser("list", help="list variant names")
     ls.add_argument("matrix", nargs="?")
     ls.add_argument("--filter", help="glob on the variant name (a bare word matches a substring)")
+    add_shard_option(ls)
     ls.set_defaults(func=cmd_list)
 
-    c = sub.add_parser("compile", help="compile every variant with NVRTC (CPU only) and report resources")
-    c.add_argument("matrix", nargs="?")
-    c.add_argument("--filter")
-    c.add_argument("--arch", nargs="+", help="only variants targeting these arches")
-    c.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
-    c.add_argument("--debug", action="store_true", help="build with bounded, trapping barrier waits")
-    c.set_defaults(func=cmd_compile)
 
-    d = sub.add_parser("demo", help="the main job: generate, compile, and on a GPU run, check and time")
-    d.add_argument("matrix", nargs="?")
-    d.add_argument("--out", default="generated")
-    d.set_defaults(func=cmd_demo)
-
-    k = sub.add_parser("cache", help="inspect or clear the compile cache")
-    k.add_argument("action", choices=["info", "clear"])
-    k.set_defaults(func=cmd_cache)
-    return p
+def build_parser(description: str | None = None) -> tuple[argparse.ArgumentParser, object]:
+    """The parser with the codegen commands, and its subparsers object for more."""
+    p = argparse.ArgumentParser(prog="kvforge", description=description or __doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    add_codegen_commands(sub)
+    return p, sub
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(parser: argparse.ArgumentParser, argv: list[str] | None, check=None) -> int:
+    """Parses argv (then `check(parser, args)`, which may call parser.error) and runs the command;
+    a ConfigError exits 2 with its message."""
+    args = parser.parse_args(argv)
+    if check is not None:
+        check(parser, args)
     try:
         return args.func(args)
     except ConfigError as err:
         console.print(f"config error: {err}", style="red", markup=False, highlight=False)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser()[0], argv)
 
 
 if __name__ == "__main__":

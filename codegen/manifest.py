@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from .cmake import cuda_decode, render_cmake, render_link_check
 from .render import render_launch_header, render_policy_header, render_variant, shared_headers, template_hash
 from .variant import Variant
 from .version import VERSION
@@ -16,7 +17,8 @@ def _sha(text: str) -> str:
 
 
 def render_tree(variants: list[Variant]) -> dict[str, str]:
-    """relpath -> file text for the whole generated tree (deterministic, manifest last)."""
+    """relpath -> file text for the whole generated tree: sources, include/, CMakeLists.txt and
+    manifest.json (deterministic, manifest last)."""
     files: dict[str, str] = {}
     languages = sorted({v.language for v in variants})
     for lang in languages:
@@ -47,6 +49,9 @@ def render_tree(variants: list[Variant]) -> dict[str, str]:
             "files": {v.relpath: _sha(src)},
             "kernels": [k.to_json() for k in v.kernels],
         })
+    files["CMakeLists.txt"] = render_cmake(variants)
+    if cuda_decode(variants):
+        files["link_check.cu"] = render_link_check(variants)
     headers = {rel: _sha(text) for rel, text in files.items() if rel.startswith("include/")}
     manifest = {"generator_version": VERSION, "headers": headers, "variants": entries}
     files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"

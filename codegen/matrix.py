@@ -6,7 +6,8 @@
     fill = ["arrive", "expect_tx"]          # a list: one variant per value
     pipeline = { num_kv_stages = [2, 3], num_qk_stages = 1 }
 
-Lists may sit at any depth; every combination is validated, named and deduplicated by name.
+Lists may sit at any depth; every combination gets its family's implied and chosen defaults
+(`defaults.py`), then is validated, named and deduplicated by name.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import tomllib
 from importlib.resources import files
 from pathlib import Path
 
+from .defaults import fill_decode_defaults
 from .errors import ConfigError
 from .variant import Variant, variant_from_dict
 
@@ -63,7 +65,7 @@ def load_matrix(path: str | Path | None = None) -> list[Variant]:
     for i, table in enumerate(tables):
         for combo in expand(table):
             try:
-                v = variant_from_dict(combo)
+                v = variant_from_dict(fill_decode_defaults(combo))
             except ConfigError as err:
                 raise ConfigError(f"matrix {path}, [[variant]] #{i + 1}: {err}") from None
             variants.setdefault(v.name, v)

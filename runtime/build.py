@@ -15,13 +15,9 @@ def build_variant(variant: Variant, *, debug: bool = False) -> CompiledKernel:
 
 
 def amd_toolchain_missing() -> str | None:
-    """Why HIP variants cannot be compiled here, or None when they can."""
-    from .hip_toolchain import HipToolchainError, clang_path
+    """Why some HIP variant (hiprtc for gfx90a, or clang for gfx942) cannot be compiled here, or
+    None when every one can. `availability.missing_for` says it per variant."""
+    from .availability import hip_missing
 
-    try:
-        clang_path()
-        import hip  # noqa: F401
-        import msgpack  # noqa: F401
-    except (HipToolchainError, ImportError) as err:
-        return str(err)
-    return None
+    missing = dict.fromkeys(m.what for arch in ("gfx90a", "gfx942") for m in hip_missing(arch))
+    return ", ".join(missing) or None

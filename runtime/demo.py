@@ -1,7 +1,9 @@
 """`kvforge demo` / `make demo`: the main job on a matrix (default: the built-in one).
 
-Generates the sources (into --out), compiles every CUDA variant with NVRTC, and where a CUDA GPU
-is present runs every variant built for its arch against the NumPy reference and times it.
+Generates the sources (into --out), compiles every variant whose compiler is installed (NVRTC for
+CUDA, hiprtc or clang for HIP; the others are skipped, one line per group saying what to install),
+and where a CUDA GPU is present runs every variant built for its arch against the NumPy reference
+and times it.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from rich.table import Table
 from kvforge.codegen.manifest import render_tree, write_tree
 from kvforge.codegen.matrix import load_matrix
 
-from .build import amd_toolchain_missing, build_variant
-from .compiler import compile
+from .availability import has_module, cuda_missing, partition, skips_fail
+from .build import build_variant
 from .device import cuda_device_count, device_arch, runs_on
 
 
@@ -26,32 +28,42 @@ def run_demo(matrix: str | None, out: Path) -> int:
     write_tree(files, out)
     console.print(f"generated {len(variants)} variants into {out}")
 
-    t0 = time.perf_counter()
-    cuda = [v for v in variants if v.language == "cuda"]
-    for v in cuda:
-        compile(v)
-    console.print(f"compiled {len(cuda)} CUDA variants in {time.perf_counter() - t0:.1f} s (NVRTC, cached)")
-    hip = [v for v in variants if v.language == "hip"]
-    missing = amd_toolchain_missing() if hip else None
-    if missing:
-        console.print(f"skipped {len(hip)} HIP variants: {missing} (make setup-amd installs the AMD compilers)")
-    elif hip:
-        t0 = time.perf_counter()
-        for v in hip:
-            build_variant(v)
-        console.print(f"compiled {len(hip)} HIP variants in {time.perf_counter() - t0:.1f} s (hiprtc / clang, cached; "
-                      "no AMD GPU here: compile- and emulation-verified only)")
+    buildable, skipped = partition(variants)
+    failed = 0
+    for language, label, how in (("cuda", "CUDA", "NVRTC, cached"),
+                                 ("hip", "HIP", "hiprtc / clang, cached; no AMD GPU here: compile- and "
+                                                "emulation-verified only")):
+        todo = [v for v in buildable if v.language == language]
+        if not todo:
+            continue
+        t0, bad = time.perf_counter(), 0
+        for v in todo:
+            try:
+                build_variant(v)
+            except Exception as err:  # noqa: BLE001 - a compile error or a broken toolchain, reported per variant
+                bad += 1
+                console.print(f"FAILED {v.name}:\n{err}", style="red", markup=False, highlight=False)
+        console.print(f"compiled {len(todo) - bad} {label} variants in {time.perf_counter() - t0:.1f} s ({how})")
+        failed += bad
+    for group in skipped:
+        console.print(group.line(), markup=False, highlight=False)
+    why = skips_fail(skipped, built=len(buildable), explicit=matrix is not None, arches=None)
+    if why:
+        console.print(f"FAILED: {why}", style="red", markup=False, highlight=False)
+        return 1
 
     if cuda_device_count() == 0:
         console.print("no CUDA GPU here: kernels were generated and compiled, not run")
-        return 0
+        return 1 if failed else 0
+    if cuda_missing():
+        console.print("a CUDA GPU is here, but the CUDA variants were not compiled: nothing to run")
+        return 1 if failed else 0
     from .selftest import check_pipeline_selftest
 
     arch = device_arch()
     table = Table(title=f"pipeline self-test on {arch}")
     for col in ("variant", "result", "tiles", "median ms", "GB/s read"):
         table.add_column(col)
-    failed = 0
     for v in variants:
         if v.family != "pipeline_selftest" or not runs_on(v.arch, arch):
             continue
@@ -60,7 +72,11 @@ def run_demo(matrix: str | None, out: Path) -> int:
         table.add_row(v.name, "ok" if r["ok"] else f"FAIL ({r['mismatches']} sums)", str(r["tiles"]),
                       f"{r['median_ms']:.3f}", f"{r['gbps']:.0f}")
     console.print(table)
-    failed += _decode_demo(console)
+    if not has_module("torch"):
+        console.print('skipped the decode demo: it feeds torch tensors and torch is not installed; pip install torch',
+                      markup=False, highlight=False)
+    else:
+        failed += _decode_demo(console)
     return 1 if failed else 0
 
 

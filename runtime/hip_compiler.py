@@ -18,16 +18,11 @@ from kvforge.codegen.version import VERSION
 from .cache import KernelCache
 from .compiler import CompiledKernel
 from .errors import CompileError, JITDisabledError
-from .hip_toolchain import clang_path, clang_version, hiprtc_env, python
+from .hip_toolchain import clang_path, clang_version, default_compiler, hiprtc_env, python
 from .amdgpu_notes import code_object_kernels
 from .resources import KernelResources
 
 COMMON_OPTS = ["-O3", "-std=c++17"]
-
-
-def default_compiler(arch: str) -> str:
-    """hiprtc is the runtime path; ROCm 5.2's comgr knows no gfx94x, so those go through clang."""
-    return "clang" if arch.startswith("gfx94") else "hiprtc"
 
 
 def _key(source: str, arch: str, compiler: str, opts: list[str]) -> str:

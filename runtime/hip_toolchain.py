@@ -28,25 +28,43 @@ def _lib_dirs() -> list[str]:
     return [f"{root}/lib"] if root else []
 
 
+HIPRTC_MISSING = ("no hiprtc found: install ROCm (Debian: libamdhip64-5 libhiprtc-builtins5 libamd-comgr2 "
+                  "rocm-device-libs) or set ROCM_PATH")
+
+
+def default_compiler(arch: str) -> str:
+    """hiprtc is the runtime path; ROCm 5.2's comgr knows no gfx94x, so those go through clang."""
+    return "clang" if arch.startswith("gfx94") else "hiprtc"
+
+
+def find_hiprtc() -> tuple[str, str | None] | None:
+    """Where hiprtc is, without creating anything: (folder of ROCm's libhiprtc.so, None), or
+    ('', path of ROCm 5.2's libamdhip64.so.5, which carries hiprtc), or None when neither exists."""
+    for d in _lib_dirs() + ["/opt/rocm/lib"]:
+        for name in HIPRTC_NAMES:
+            if Path(d, name).exists():
+                return d, None
+    hits = sorted(p for g in AMDHIP_GLOBS for p in glob.glob(g))
+    return ("", hits[-1]) if hits else None
+
+
 @lru_cache(maxsize=1)
 def hiprtc_library_dir() -> str:
     """A folder holding a `libhiprtc.so` for hip-python: ROCm's own, or a symlink (in kvforge's
     cache dir) to libamdhip64.so.5, which carries hiprtc in ROCm 5.2."""
-    for d in _lib_dirs() + ["/opt/rocm/lib"]:
-        for name in HIPRTC_NAMES:
-            if Path(d, name).exists():
-                return d
-    hits = sorted(p for g in AMDHIP_GLOBS for p in glob.glob(g))
-    if not hits:
-        raise HipToolchainError("no hiprtc found: install ROCm (Debian: libamdhip64-5 libhiprtc-builtins5 "
-                                "libamd-comgr2 rocm-device-libs) or set ROCM_PATH")
+    found = find_hiprtc()
+    if found is None:
+        raise HipToolchainError(HIPRTC_MISSING)
+    folder, amdhip = found
+    if amdhip is None:
+        return folder
     link_dir = default_cache_dir() / "hiprtc-lib"
     link_dir.mkdir(parents=True, exist_ok=True)
     link = link_dir / "libhiprtc.so"
-    if not link.exists() or os.path.realpath(link) != os.path.realpath(hits[-1]):
+    if not link.exists() or os.path.realpath(link) != os.path.realpath(amdhip):
         tmp = link_dir / f".libhiprtc.so.{os.getpid()}"
         tmp.unlink(missing_ok=True)
-        tmp.symlink_to(os.path.realpath(hits[-1]))
+        tmp.symlink_to(os.path.realpath(amdhip))
         os.replace(tmp, link)
     return str(link_dir)
 

@@ -11,6 +11,10 @@ from kvforge.codegen.matrix import load_matrix
 from kvforge.runtime import JITDisabledError, KernelCache, compile
 from kvforge.runtime.compiler import clear_memo
 
+from toolchains import needs_nvrtc
+
+pytestmark = needs_nvrtc
+
 
 def _cuda(index: int):
     return [v for v in load_matrix() if v.language == "cuda"][index]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvforge.codegen.cli import main
+from kvforge.runtime.cli import main
 from kvforge.codegen.matrix import load_matrix
+from toolchains import needs_nvrtc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,10 +23,11 @@ def test_list_prints_every_name_and_filters(capsys):
     assert all("s6x3" in n for n in capsys.readouterr().out.split())
 
 
+@needs_nvrtc
 def test_compile_builds_the_default_matrix_in_under_60_s_on_2_cores(tmp_path, monkeypatch):
     monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "kvforge.codegen.cli", "compile", "--jobs", "2"],
+    r = subprocess.run([sys.executable, "-m", "kvforge.runtime.cli", "compile", "--jobs", "2"],
                        capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout + r.stderr
@@ -35,6 +37,7 @@ def test_compile_builds_the_default_matrix_in_under_60_s_on_2_cores(tmp_path, mo
     assert elapsed < 60, f"{elapsed:.1f} s"
 
 
+@needs_nvrtc
 def test_compile_arch_filter_and_cache_commands(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
     assert main(["compile", "--arch", "sm_80", "--jobs", "1"]) == 0
@@ -52,6 +55,7 @@ def test_compile_with_no_matching_variant_is_a_clear_error(capsys):
     assert "no variant matches" in capsys.readouterr().out
 
 
+@needs_nvrtc
 def test_demo_without_a_gpu_generates_and_compiles(tmp_path, monkeypatch, capsys):
     from kvforge.runtime.device import cuda_device_count
 

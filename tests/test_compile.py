@@ -14,6 +14,10 @@ from kvforge.codegen.variant import variant_from_dict
 from kvforge.runtime import CompileError, KernelCache, compile
 from kvforge.runtime.compiler import compile_source
 
+from toolchains import needs_nvrtc
+
+pytestmark = needs_nvrtc
+
 selftest_dicts = st.fixed_dictionaries({
     "kind": st.just("pipeline_selftest"),
     "arch": st.sampled_from(["sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a"]),

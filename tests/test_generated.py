@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from kvforge.codegen.cli import main
+from kvforge.runtime.cli import main
 from kvforge.codegen.manifest import render_tree
 from kvforge.codegen.matrix import expand, filter_variants, load_matrix
 

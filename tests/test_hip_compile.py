@@ -9,16 +9,14 @@ import subprocess
 
 import pytest
 
+from toolchains import needs_clang, needs_hiprtc
+
 from kvforge.codegen.matrix import load_matrix
 from kvforge.codegen.render import render_variant
-from kvforge.runtime.amdgpu_notes import code_object_kernels
-from kvforge.runtime.build import amd_toolchain_missing
 from kvforge.runtime.cache import KernelCache
 from kvforge.runtime.errors import CompileError
 
 HIP_VARIANTS = [v for v in load_matrix() if v.language == "hip"]
-MISSING = amd_toolchain_missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"AMD toolchain missing ({MISSING}); `make setup-amd`")
 MAX_VGPRS, MAX_AGPRS, MAX_LDS = 512, 256, 65536
 
 
@@ -29,6 +27,12 @@ def _objdump(binary: bytes, arch: str, tmp_path) -> str:
     path = tmp_path / "k.co"
     path.write_bytes(binary)
     return subprocess.run([tool, "-d", f"--mcpu={arch}", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def code_object_kernels(binary: bytes):
+    from kvforge.runtime.amdgpu_notes import code_object_kernels as read  # needs msgpack (the hip extra)
+
+    return read(binary)
 
 
 def _check_code_object(variant, binary, tmp_path):
@@ -46,6 +50,7 @@ def _check_code_object(variant, binary, tmp_path):
     assert main.scratch_bytes == 0 and main.vgpr_spills == 0 and main.sgpr_spills == 0, main
 
 
+@needs_clang
 @pytest.mark.parametrize("variant", HIP_VARIANTS, ids=lambda v: v.name)
 def test_clang_compiles_every_hip_variant_for_its_arch(variant, tmp_path):
     from kvforge.runtime.hip_compiler import compile_hip
@@ -54,6 +59,7 @@ def test_clang_compiles_every_hip_variant_for_its_arch(variant, tmp_path):
     _check_code_object(variant, k.cubin, tmp_path)
 
 
+@needs_hiprtc
 @pytest.mark.parametrize("variant", [v for v in HIP_VARIANTS if v.arch == "gfx90a"], ids=lambda v: v.name)
 def test_hiprtc_compiles_every_gfx90a_variant(variant, tmp_path):
     from kvforge.runtime.hip_compiler import compile_hip
@@ -62,6 +68,7 @@ def test_hiprtc_compiles_every_gfx90a_variant(variant, tmp_path):
     _check_code_object(variant, k.cubin, tmp_path)
 
 
+@needs_hiprtc
 def test_a_hiprtc_crash_on_an_unknown_target_is_a_clear_error(tmp_path):
     """ROCm 5.2's comgr aborts on gfx942; the worker process dies, the caller gets a CompileError."""
     from kvforge.runtime.hip_compiler import compile_hip
@@ -76,6 +83,7 @@ def test_a_hiprtc_crash_on_an_unknown_target_is_a_clear_error(tmp_path):
         _check_code_object(variant, k.cubin, tmp_path)
 
 
+@needs_clang
 def test_a_hip_compile_error_shows_the_offending_lines(tmp_path, monkeypatch):
     from kvforge.runtime import hip_compiler
 
@@ -104,6 +112,7 @@ def _cdna_strategy():
     })
 
 
+@needs_clang
 def test_every_accepted_cdna_config_compiles_with_clang(tmp_path_factory):
     from hypothesis import HealthCheck, assume, given, settings
 

@@ -1,0 +1,138 @@
+"""Choosing a decode variant for the shapes at hand (the heuristics live here, nowhere else).
+
+The runtime calls `select_decode_config` / `select_cdna_config` for the shapes of a call; the
+matrix loader calls `sm80_choice` / `cdna_fields` to fill the fields a matrix entry leaves out
+with the same choice (`codegen/defaults.py`).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .decode import MLA_DIMS, DecodeConfig
+from .errors import ConfigError, build
+
+MAX_CONSUMER_WARPS = 8
+
+
+def _mla_heads_per_cta(num_heads: int, s_q: int) -> int:
+    """Up to 64 query rows per CTA (64 x 512 fp32 accumulators over 8 warps)."""
+    hpc = max(1, 64 // s_q)
+    hpc = 1 << (hpc.bit_length() - 1)  # a power of two
+    while hpc > 16 and hpc // 2 >= num_heads:
+        hpc //= 2
+    return hpc
+
+
+def _candidates(family: str, row_groups: int, dv: int):
+    """(col_groups, block_n) in order of preference: more column-group warps first."""
+    cg = max(1, min(4, MAX_CONSUMER_WARPS // row_groups))
+    out = []
+    sizes = (32, 64) if family == "mla_decode" else (64, 32, 128)
+    while cg >= 1:
+        if dv % (16 * cg) == 0:
+            # each warp takes 8 keys of the tile, or a multiple of 16
+            out += [(cg, bn) for bn in sizes if bn % (8 * cg) == 0 and (bn // cg == 8 or bn // cg % 16 == 0)]
+        cg //= 2
+    return out
+
+
+def overlay(base: dict, explicit: dict) -> dict:
+    """`base` with every value of `explicit` on top (nested tables merged key by key)."""
+    out = dict(base)
+    for key, value in explicit.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = overlay(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
+                 s_q: int, explicit: dict | None) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
+    """(the first candidate that validates and reaches the wanted CTAs per SM or None, the last
+    rejection, the first candidate's data)."""
+    dqk, dv = head_dims
+    row_groups = -(-hpc * s_q // 16)
+    base = dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
+                page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q)
+    want_ctas = (2, 1) if family == "gqa_decode" else (1,)
+    last_err, first = None, None
+    for ctas in want_ctas:
+        for cg, bn in _candidates(family, row_groups, dv):
+            warps = row_groups * cg
+            for stages in (6, 5, 4, 3, 2):
+                for producers in (4, 2, 1):  # cp.async issue is per warp: four producers keep HBM busy
+                    data = {**base, "block_n": bn, "pipeline": {
+                        "num_kv_stages": stages, "num_consumer": warps, "num_producer": producers}}
+                    if explicit:
+                        data = overlay(data, explicit)
+                    first = first or data
+                    try:
+                        cfg = build(DecodeConfig, data)
+                    except ConfigError as err:
+                        last_err = err
+                        continue
+                    if cfg.ctas_per_sm >= ctas:
+                        return cfg, None, first
+    return None, last_err, first or base
+
+
+def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_cta: int, head_dims: tuple[int, int],
+                s_q: int, explicit: dict | None = None) -> DecodeConfig:
+    """The preferred sm80 config for a CTA of `heads_per_cta` query heads: the first candidate
+    (keys per tile, warp grid, ring depth, producers) that validates and reaches the wanted CTAs
+    per SM. GQA prefers two CTAs per SM (more independent loads in flight), MLA the deepest ring
+    one CTA can hold. `explicit` fields (a matrix entry's own values) override every candidate.
+
+    Raises ConfigError when none fits; with `explicit`, the rejection of the first candidate
+    under the explicit values, which names the field to change."""
+    cfg, last_err, first = _sm80_search(family, arch, dtype, page_size, heads_per_cta, head_dims, s_q, explicit)
+    if cfg is not None:
+        return cfg
+    if explicit:
+        build(DecodeConfig, first)  # raises, naming the explicit field no candidate could satisfy
+    raise ConfigError(f"no sm80 variant fits {family} with heads_per_cta={heads_per_cta}, s_q={s_q}, "
+                      f"page_size={page_size} on {arch}: {last_err}")
+
+
+@lru_cache(maxsize=None)
+def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
+                         s_q: int) -> DecodeConfig:
+    """The sm80-backend config for these shapes. `heads` is H for MLA and Hq / Hkv for GQA.
+
+    Picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
+    """
+    if family == "mla_decode":
+        hpc, dims = _mla_heads_per_cta(heads, s_q), MLA_DIMS
+    else:
+        hpc, dims = heads, (head_dim, head_dim)
+    cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, None)
+    if cfg is None:
+        raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "
+                          f"page_size={page_size} on {arch}: {last_err}")
+    return cfg
+
+
+def cdna_fields(family: str, head_dims: tuple[int, int]) -> dict:
+    """block_n and the K/V KVBufferConfigs of the cdna choice: MFMA 16x16x16, 128 threads."""
+    dqk, dv = head_dims
+    if family == "mla_decode":
+        bn, threads, k_wn, v_wn = 16, 128, 16, 16
+    else:
+        bn, threads, k_wn, v_wn = 32, 128, 16, 32
+    buffers = ({"role": "K", "BN": bn, "WN": k_wn, "BK": 16, "depth": dqk, "num_threads": threads},
+               {"role": "V", "BN": bn, "WN": v_wn, "BK": 16, "depth": dv, "num_threads": threads})
+    return {"block_n": bn, "kv_buffers": buffers}
+
+
+@lru_cache(maxsize=None)
+def select_cdna_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
+                       s_q: int) -> DecodeConfig:
+    """The cdna-backend config for these shapes: MFMA 16x16x16, one 16-row query tile per workgroup."""
+    if family == "mla_decode":
+        hpc, dims = max(1, 16 // s_q), MLA_DIMS
+    else:
+        hpc, dims = heads, (head_dim, head_dim)
+    return build(DecodeConfig, dict(family=family, backend="cdna", arch=arch, head_dim_qk=dims[0],
+                                    head_dim_v=dims[1], heads_per_cta=hpc, page_size=page_size, q_dtype=dtype,
+                                    kv_dtype=dtype, max_s_q=s_q, **cdna_fields(family, dims)))
