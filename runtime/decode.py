@@ -3,7 +3,8 @@
 
 A call checks its arguments on the host (shapes, dtypes, devices, strides; cached per tensor
 signature for torch), then launches the main kernel and, when sequences are split, the combine
-kernel on the caller's stream. It never synchronises and never copies to the host: the lengths
+kernel on the caller's stream (split partials go to a workspace kept per plan and stream). It
+never synchronises and never copies to the host: the lengths
 and the block table are checked on the device (a sequence that points outside the cache gets NaN
 rows and an entry in the error record that `kvforge.check_errors()` raises). `check_inputs=True`
 (or KVFORGE_DEBUG=1) adds the old host-side range checks, which synchronise. The split count
@@ -219,7 +220,12 @@ class _Runner:
                 check_ranges_on_host(shape, views[3], views[4])
         ws_ptr = 0
         if prep.ws_floats:
-            ws_ptr = workspace(prep.ws_floats) if workspace is not None else _ptr(_empty(q, (prep.ws_floats,), "fp32", dev))
+            if workspace is not None:  # a plan object's own
+                ws_ptr = workspace(prep.ws_floats)
+            elif prep.plan.launcher.platform == "cuda":
+                ws_ptr = prep.plan.stream_workspace(handle, shape.s_q, shape.num_q_heads, shape.num_kv_heads)
+            else:
+                ws_ptr = _ptr(_empty(q, (prep.ws_floats,), "fp32", dev))
         scale = prep.scale if softmax_scale is None else softmax_scale
         if torch_in:
             pq, pk, pv, pb, ps, po, pl = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(),

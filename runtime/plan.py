@@ -69,6 +69,26 @@ class DecodePlan:
         self._main_slots = [m.slots[m.index[n]] for n in CALL_ARGS]
         self._comb_slots = [c.slots[c.index[n]] for n in COMBINE_ARGS]
         self.head_dim_v = cfg.head_dim_v
+        self._stream_workspaces: dict[tuple, object] = {}
+
+    def stream_workspace(self, stream: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> int:
+        """A workspace for split calls on `stream`, allocated once per (stream, s_q, heads) and
+        never resized: a sequence is split only while head_blocks * batch < SMs * ctas_per_sm, so
+        batch * splits <= SMs * ctas_per_sm // head_blocks whatever the batch. Calls on one stream
+        are ordered, so they may share it; so do graphs captured on one stream (replay them on one
+        stream, as with any persistent workspace)."""
+        key = (stream, s_q, num_q_heads, num_kv_heads)
+        buf = self._stream_workspaces.get(key)
+        if buf is None:
+            from .memory import DeviceBuffer
+
+            blocks = policy.head_blocks(self.config.family, num_q_heads, num_kv_heads, self.config.heads_per_cta)
+            pairs = max(1, (self.num_sms * self.config.ctas_per_sm) // blocks)
+            floats = pairs * s_q * num_q_heads * (1 + self.head_dim_v)
+            if self.launcher.platform != "cuda":
+                raise RuntimeError("stream workspaces are CUDA allocations; HIP calls allocate through torch")
+            buf = self._stream_workspaces[key] = DeviceBuffer(self.device_id, 4 * floats)
+        return buf.ptr
 
     def splits(self, batch: int, num_q_heads: int, num_kv_heads: int) -> int:
         blocks = policy.head_blocks(self.config.family, num_q_heads, num_kv_heads, self.config.heads_per_cta)
