@@ -166,12 +166,9 @@ class DecodeConfig(BaseModel):
 
     def _validate_sm80_warps(self, where: str) -> None:
         p = self.pipeline
-        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8) or p.consumer_arrive != "thread":
-            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps, "
-                             "num_qk_stages=1 and per-thread consumer release (consumer_arrive='thread': "
-                             "racecheck cannot see a per-warp release as ordering every lane's reads); got "
-                             f"num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}, "
-                             f"consumer_arrive={p.consumer_arrive!r}")
+        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
+            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps and "
+                             f"num_qk_stages=1; got num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}")
         rg = self.q_rows // MMA_M
         if p.num_consumer % rg:
             raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: consumer warps split into "

@@ -2,8 +2,8 @@
 the shape facts a call is launched with, each error naming the argument and what is allowed.
 
 `validate()` is the full check. Torch callers pay it once per *signature* (dtypes, shapes,
-devices, contiguity of every tensor): `torch_signature()` reads those facts straight from the
-tensors, and a signature already validated skips the checks (all they could reject is in it).
+devices, contiguity of every tensor, read straight from the tensors by runtime/decode.py): a
+signature already validated skips the checks, since all they could reject is in it.
 """
 from __future__ import annotations
 
@@ -130,18 +130,6 @@ def check_scale_args(**scales) -> None:
         if value is not None:
             raise ValueError(f"{name}: scales apply to fp8_e4m3 KV caches, which kvforge does not support yet; "
                              "pass None for a bf16/fp16 cache")
-
-
-def torch_signature(*tensors) -> tuple | None:
-    """The facts validate() depends on, read straight from torch tensors (None stays None);
-    None when an argument is not a torch tensor (the caller then validates in full)."""
-    sig = []
-    try:
-        for t in tensors:
-            sig.append(None if t is None else (t.dtype, t.shape, t.device, t.is_contiguous()))
-    except (AttributeError, TypeError):
-        return None
-    return tuple(sig)
 
 
 def check_ranges_on_host(shape: CallShape, bt: TensorArg, sl: TensorArg) -> None:

@@ -22,7 +22,7 @@ from kvforge.codegen.decode import DecodeConfig
 from kvforge.codegen.variant import Variant
 
 from . import torch_ops
-from .call_args import CallShape, check_ranges_on_host, check_scale_args, torch_signature, validate
+from .call_args import CallShape, check_ranges_on_host, check_scale_args, validate
 from .device import device_arch, on_device
 from .plan import DecodePlan
 
@@ -154,10 +154,6 @@ def _stream_handle(stream, like, device_id: int) -> int:
                     f"__cuda_stream__, got {type(stream).__name__}")
 
 
-def _debug(check_inputs) -> bool:
-    return check_inputs if check_inputs is not None else os.environ.get("KVFORGE_DEBUG") == "1"
-
-
 def _is_capturing(like, stream_handle: int) -> bool:
     from cuda.bindings import driver
 
@@ -166,16 +162,38 @@ def _is_capturing(like, stream_handle: int) -> bool:
 
 
 # ---- one call ----------------------------------------------------------------------------------
-class _Prepared:
-    """A validated call signature: its shape, plan and launch geometry (reused while it repeats)."""
+_DEBUG = os.environ.get("KVFORGE_DEBUG") == "1"  # read once, at import
+_torch = None  # the torch module, bound when the first torch tensor arrives
 
-    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale")
+
+def _bind_torch():
+    global _torch
+    import torch
+
+    _torch = torch
+    return torch
+
+
+class _Prepared:
+    """A validated call signature: its shape, plan, launch sizes and what the hot path allocates."""
+
+    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale", "sizes", "torch_device", "out_dtype")
 
     def __init__(self, shape: CallShape, plan: DecodePlan) -> None:
         self.shape, self.plan = shape, plan
         self.geometry = plan.geometry(shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads)
         self.ws_floats = plan.workspace_floats(shape.batch, shape.s_q, shape.num_q_heads, self.geometry[0])
         self.scale = shape.default_scale
+        self.sizes = (shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads, shape.num_pages,
+                      shape.max_pages, self.geometry)
+        self.torch_device = self.out_dtype = None
+        if _torch is not None:
+            self.torch_device = _torch.device("cuda", shape.device_id)
+            self.out_dtype = {"bf16": _torch.bfloat16, "fp16": _torch.float16}[shape.dtype]
+
+
+def _torch_facts(t):
+    return (t.dtype, t.shape, t.get_device(), t.is_contiguous())
 
 
 class _Runner:
@@ -187,25 +205,62 @@ class _Runner:
         self.family = family
         self._seen: dict[tuple, _Prepared] = {}
 
-    def prepare(self, q, k, v, bt, sl, out, lse, *, plan_source, torch_in: bool):
-        """(_Prepared, views or None). Torch calls whose signature was validated before skip the checks."""
-        sig = None
-        if torch_in:
-            facts = torch_signature(q, k, v, bt, sl, out, lse)
-            sig = (facts, plan_source.key) if facts is not None else None
-            hit = self._seen.get(sig) if sig is not None else None
-            if hit is not None:
-                return hit, None
+    def _prepare(self, q, k, v, bt, sl, out, lse, plan_source, sig):
         shape, views = validate(self.family, q, k, v, bt, sl, out, lse)
         prepared = _Prepared(shape, plan_source.plan(shape))
         if sig is not None and len(self._seen) < self.MAX_SIGNATURES:
             self._seen[sig] = prepared
         return prepared, views
 
-    def call(self, q, k, v, bt, sl, out, lse, *, softmax_scale, causal, stream, check_inputs, plan_source,
+    def call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
              workspace=None):
-        torch_in = _framework(q) == "torch"
-        prep, views = self.prepare(q, k, v, bt, sl, out, lse, plan_source=plan_source, torch_in=torch_in)
+        T = _torch
+        if T is None and type(q).__module__.startswith("torch"):
+            T = _bind_torch()
+        if T is not None and isinstance(q, T.Tensor):
+            return self._torch_call(T, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs,
+                                    plan_source, workspace)
+        return self._generic_call(q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs,
+                                  plan_source, workspace)
+
+    def _torch_call(self, T, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
+                    workspace):
+        """The hot path for torch tensors: one tuple of tensor facts decides whether the checks ran."""
+        try:
+            sig = (plan_source.key, _torch_facts(q), _torch_facts(k), None if v is k else _torch_facts(v),
+                   _torch_facts(bt), _torch_facts(sl), None if out is None else _torch_facts(out),
+                   None if lse is None else _torch_facts(lse))
+        except (AttributeError, TypeError):  # an argument that is not a torch tensor: full checks below
+            sig = None
+        prep = self._seen.get(sig) if sig is not None else None
+        views = None
+        if prep is None:
+            prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, sig)
+        shape = prep.shape
+        dev = shape.device_id
+        if out is None:
+            out = T.empty(shape.out_shape, dtype=prep.out_dtype, device=prep.torch_device)
+        if lse is None:
+            lse = T.empty(shape.lse_shape, dtype=T.float32, device=prep.torch_device)
+        handle = T._C._cuda_getCurrentRawStream(dev) if stream is None else _stream_handle(stream, q, dev)
+        if check_inputs or (check_inputs is None and _DEBUG):
+            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
+        ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
+        scale = prep.scale if softmax_scale is None else softmax_scale
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(), out.data_ptr(), lse.data_ptr())
+        causal_flag = 1 if causal and shape.s_q > 1 else 0
+        plan = prep.plan
+        if plan.launcher.platform == "cuda" and T._C._cuda_getDevice() != dev:
+            with on_device(dev):  # the tensors' device, whatever the caller's current one is
+                plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+        else:
+            plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+        return out, lse
+
+    def _generic_call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
+                      workspace):
+        """DLPack / __cuda_array_interface__ tensors (cupy, ...): full checks every call."""
+        prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, None)
         shape = prep.shape
         dev = shape.device_id
         if out is None:
@@ -213,35 +268,34 @@ class _Runner:
         if lse is None:
             lse = _empty(q, shape.lse_shape, "fp32", dev)
         handle = _stream_handle(stream, q, dev)
-        if _debug(check_inputs):
-            if views is None:
-                _, views = validate(self.family, q, k, v, bt, sl, out, lse)
-            if not _is_capturing(q, handle):
-                check_ranges_on_host(shape, views[3], views[4])
-        ws_ptr = 0
-        if prep.ws_floats:
-            if workspace is not None:  # a plan object's own
-                ws_ptr = workspace(prep.ws_floats)
-            elif prep.plan.launcher.platform == "cuda":
-                ws_ptr = prep.plan.stream_workspace(handle, shape.s_q, shape.num_q_heads, shape.num_kv_heads)
-            else:
-                ws_ptr = _ptr(_empty(q, (prep.ws_floats,), "fp32", dev))
+        if check_inputs or (check_inputs is None and _DEBUG):
+            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
+        ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
         scale = prep.scale if softmax_scale is None else softmax_scale
-        if torch_in:
-            pq, pk, pv, pb, ps, po, pl = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(),
-                                          out.data_ptr(), lse.data_ptr())
-        else:
-            pq, pk, pv, pb, ps, po, pl = (_ptr(x) for x in (q, k, v, bt, sl, out, lse))
-        args = (pq, pk, pv, pb, ps, po, pl, ws_ptr)
-        kw = dict(batch=shape.batch, s_q=shape.s_q, num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
-                  num_pages=shape.num_pages, max_pages=shape.max_pages, scale_log2=scale * policy.LOG2E,
-                  causal=bool(causal) and shape.s_q > 1, stream=handle, geometry=prep.geometry)
+        ptrs = tuple(_ptr(x) for x in (q, k, v, bt, sl, out, lse))
+        causal_flag = 1 if causal and shape.s_q > 1 else 0
         if prep.plan.launcher.platform == "cuda":
-            with on_device(dev):  # the tensors' device, whatever the caller's current one is
-                prep.plan.launch(*args, **kw)
+            with on_device(dev):
+                prep.plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
         else:
-            prep.plan.launch(*args, **kw)
+            prep.plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
         return out, lse
+
+    def _debug_checks(self, prep, views, q, k, v, bt, sl, out, lse, handle) -> None:
+        """The debug mode's host-side range checks (they synchronise; skipped while capturing)."""
+        if views is None:
+            _, views = validate(self.family, q, k, v, bt, sl, out, lse)
+        if not _is_capturing(q, handle):
+            check_ranges_on_host(prep.shape, views[3], views[4])
+
+    @staticmethod
+    def _workspace(prep, workspace, handle, like) -> int:
+        if workspace is not None:  # a plan object's own
+            return workspace(prep.ws_floats)
+        if prep.plan.launcher.platform == "cuda":
+            s = prep.shape
+            return prep.plan.stream_workspace(handle, s.s_q, s.num_q_heads, s.num_kv_heads)
+        return _ptr(_empty(like, (prep.ws_floats,), "fp32", prep.shape.device_id))
 
 
 class _SelectedPlans:
@@ -260,7 +314,7 @@ class _SelectedPlans:
         return plan_for(cfg, shape.device_id)
 
 
-_RUNNERS = {"mla_decode": _Runner("mla_decode"), "gqa_decode": _Runner("gqa_decode")}
+_MLA, _GQA = _Runner("mla_decode"), _Runner("gqa_decode")
 _DEFAULT_PLANS = _SelectedPlans(None)
 
 
@@ -273,20 +327,16 @@ def _mla_decode_impl(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=N
                      out=None, lse=None, stream=None, check_inputs=None, config=None):
     if kv_scale is not None:
         check_scale_args(kv_scale=kv_scale)
-    return _RUNNERS["mla_decode"].call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse,
-                                       softmax_scale=softmax_scale, causal=causal, stream=stream,
-                                       check_inputs=check_inputs,
-                                       plan_source=_DEFAULT_PLANS if config is None else _pinned(config))
+    return _MLA.call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
 
 
 def _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False,
                      k_scale=None, v_scale=None, out=None, lse=None, stream=None, check_inputs=None, config=None):
     if k_scale is not None or v_scale is not None:
         check_scale_args(k_scale=k_scale, v_scale=v_scale)
-    return _RUNNERS["gqa_decode"].call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse,
-                                       softmax_scale=softmax_scale, causal=causal, stream=stream,
-                                       check_inputs=check_inputs,
-                                       plan_source=_DEFAULT_PLANS if config is None else _pinned(config))
+    return _GQA.call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
@@ -395,9 +445,8 @@ class _DecodeObject:
         return self._workspace.ptr
 
     def _run(self, q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream, check_inputs):
-        return self._runner.call(q, k, v, block_table, cache_seqlens, out, lse, softmax_scale=softmax_scale,
-                                 causal=causal, stream=stream, check_inputs=check_inputs, plan_source=self._source,
-                                 workspace=self._workspace_ptr)
+        return self._runner.call(q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                                 check_inputs, self._source, self._workspace_ptr)
 
 
 class MLADecode(_DecodeObject):

@@ -70,6 +70,7 @@ class DecodePlan:
         self._comb_slots = [c.slots[c.index[n]] for n in COMBINE_ARGS]
         self.head_dim_v = cfg.head_dim_v
         self._stream_workspaces: dict[tuple, object] = {}
+        self._last_sizes = None
 
     def stream_workspace(self, stream: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> int:
         """A workspace for split calls on `stream`, allocated once per (stream, s_q, heads) and
@@ -119,17 +120,32 @@ class DecodePlan:
                max_pages: int, scale_log2: float, causal: bool, stream: int, geometry: tuple) -> None:
         """Launch on `stream` (a raw handle). Pointers are ints; `workspace` holds
         workspace_floats() fp32 words when sequences may be split."""
-        splits, main_grid, comb_grid = geometry
-        rows = batch * splits * s_q * num_q_heads
+        sizes = (batch, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, geometry)
+        self.launch_packed(sizes, (q, k_cache, v_cache, block_table, seqlens, out, lse), workspace, scale_log2,
+                           1 if causal else 0, stream)
+
+    def launch_packed(self, sizes: tuple, ptrs: tuple, workspace: int, scale_log2: float, causal: int,
+                      stream: int) -> None:
+        """The hot path. `sizes` = (batch, s_q, num_q_heads, num_kv_heads, num_pages, max_pages,
+        geometry) is written into the packed arguments only when it differs from the previous
+        call's (the same tuple object for a repeated signature); the pointers, scale and causal
+        flag every call."""
+        batch, s_q, nq, nkv, num_pages, max_pages, (splits, main_grid, comb_grid) = sizes
+        q, k, v, bt, sl, out, lse = ptrs
         part_lse = workspace
-        part_o = workspace + 4 * rows if workspace else 0
-        vals = (q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, s_q, num_q_heads, num_kv_heads,
-                num_pages, max_pages, splits, scale_log2, 1 if causal else 0)
+        part_o = workspace + 4 * batch * splits * s_q * nq if workspace else 0
+        m, c = self._main_slots, self._comb_slots
         with self._lock:
-            for slot, v in zip(self._main_slots, vals):
-                slot.value = v
+            if sizes is not self._last_sizes:
+                for slot, val in zip(m[9:15], (s_q, nq, nkv, num_pages, max_pages, splits)):
+                    slot.value = val
+                for slot, val in zip(c[5:8], (s_q, nq, splits)):
+                    slot.value = val
+                self._last_sizes = sizes
+            m[0].value, m[1].value, m[2].value, m[3].value, m[4].value = q, k, v, bt, sl
+            m[5].value, m[6].value, m[7].value, m[8].value = out, lse, part_o, part_lse
+            m[15].value, m[16].value = scale_log2, causal
             self.launcher.main.launch(main_grid, stream)
             if splits > 1:
-                for slot, v in zip(self._comb_slots, (part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, splits)):
-                    slot.value = v
+                c[0].value, c[1].value, c[2].value, c[3].value, c[4].value = part_o, part_lse, sl, out, lse
                 self.launcher.combine.launch(comb_grid, stream)

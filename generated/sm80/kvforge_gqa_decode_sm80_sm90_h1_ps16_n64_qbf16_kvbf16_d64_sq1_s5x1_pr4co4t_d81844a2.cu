@@ -62,8 +62,8 @@ constexpr int kOffSPart = 97920;
 constexpr int kBarAllConsumers = 1;  // named barrier ids; row group r uses kBarRowGroup0 + r
 constexpr int kBarRowGroup0 = 2;
 constexpr float kLn2 = 0.6931471805599453f;
-// Every consumer thread releases each slot (release_all): compute-sanitizer's racecheck cannot see
-// a __syncwarp + elected-lane arrive as ordering the other lanes' reads (docs/sanitizers.md).
+// consumer_arrive = thread: every consumer thread releases each slot (release_all), which compute-sanitizer's racecheck sees as ordered
+constexpr bool kReleasePerThread = true;
 using Ring = kvforge::KVRing<5, 1, 128, 128>;
 
 // The tiling invariants codegen/decode.py checks, restated so a bad constant fails to compile.
@@ -72,7 +72,8 @@ static_assert(kBN % kColGroups == 0 && (kKeysPerWarp == 8 || kKeysPerWarp % 16 =
 static_assert(kDv % (16 * kColGroups) == 0 && kColsPerWarp % 16 == 0, "V columns per warp");
 static_assert(kBN % (kProducers * kRowsPerPass) == 0, "producer row passes");
 static_assert(kDqk % 16 == 0 && (!kQKDepthSplit || kDepthPerWarp * kColGroups == kDqk), "QK depth");
-static_assert(Ring::kEmptyArrivals == kConsumerThreads && Ring::kFullArrivals == 32 * kProducers, "arrive counts");
+static_assert(Ring::kEmptyArrivals == (kReleasePerThread ? kConsumerThreads : kConsumerWarps) &&
+              Ring::kFullArrivals == 32 * kProducers, "arrive counts");
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers), "threads");
 static_assert(kOffKV + 5 * kStageBytes <= kSmemBytes && kOffSPart <= kSmemBytes, "layout");
 static_assert(kPageSize % 16 == 0 && kBN % 8 == 0, "tile shape");
@@ -498,7 +499,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     }
     tile::named_sync(st.bar_rg, kColGroups * 32);  // the row group's P tile is complete
     pv_tile(o, st, p_smem, stage);
-    pipe.release_all();
+    if constexpr (kReleasePerThread) pipe.release_all();
+    else pipe.consumer_release();
     pipe.advance();
   }
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
