@@ -73,8 +73,10 @@ def load_matrix(path: str | Path | None = None) -> list[Variant]:
 
 
 def filter_variants(variants: list[Variant], pattern: str | None) -> list[Variant]:
-    """Glob on the variant name (a bare word matches as a substring)."""
+    """Glob on the variant name (a bare word matches as a substring). Names from before 0.2's
+    naming (page size as p64, ring as p4c8) still match: the glob is tried on each variant's
+    legacy name too."""
     if not pattern:
         return variants
     glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
-    return [v for v in variants if fnmatch.fnmatchcase(v.name, glob)]
+    return [v for v in variants if fnmatch.fnmatchcase(v.name, glob) or fnmatch.fnmatchcase(v.legacy_name, glob)]

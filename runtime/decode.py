@@ -354,9 +354,10 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
         return torch_ops.mla_decode_op(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
                                        causal=causal, kv_scale=kv_scale, out=out, lse=lse, stream=stream,
                                        check_inputs=check_inputs, config=config)
-    return _mla_decode_impl(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale, causal=causal,
-                            kv_scale=kv_scale, out=out, lse=lse, stream=stream, check_inputs=check_inputs,
-                            config=config)
+    if kv_scale is not None:
+        check_scale_args(kv_scale=kv_scale)
+    return _MLA.call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
@@ -373,9 +374,10 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
         return torch_ops.gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
                                        causal=causal, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
                                        stream=stream, check_inputs=check_inputs, config=config)
-    return _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
-                            causal=causal, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse, stream=stream,
-                            check_inputs=check_inputs, config=config)
+    if k_scale is not None or v_scale is not None:
+        check_scale_args(k_scale=k_scale, v_scale=v_scale)
+    return _GQA.call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
 
 
 # ---- plan/run objects for engines ------------------------------------------------------------------

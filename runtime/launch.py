@@ -161,19 +161,45 @@ class PackedLaunch:
         self._argv_addr = ctypes.addressof(self._argv)
         self._function = kernel.function
         self._block = contract.block
+        if _cuLaunchKernel is None:
+            _bind_driver()
         self._smem = contract.dynamic_smem_bytes
 
     def set(self, name: str, value) -> None:
         self.slots[self.index[name]].value = value
 
     def launch(self, grid: tuple[int, int, int], stream_handle: int) -> None:
+        bx, by, bz = self._block
+        (err,) = _cuLaunchKernel(self._function, grid[0], grid[1], grid[2], bx, by, bz, self._smem,
+                                 _stream_object(stream_handle), self._argv_addr, 0)
+        if err != _SUCCESS:
+            _check(err, f"cuLaunchKernel({self.name}, grid={tuple(grid)})")
+
+
+_cuLaunchKernel = _SUCCESS = None
+
+
+def _bind_driver() -> None:
+    """The launch entry point and success code, bound once (no attribute lookups per launch)."""
+    global _cuLaunchKernel, _SUCCESS
+    from cuda.bindings import driver
+
+    _cuLaunchKernel, _SUCCESS = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
+
+
+_streams: dict[int, object] = {}
+
+
+def _stream_object(handle: int):
+    """A CUstream for a raw handle, made once per handle (engines use a handful of streams)."""
+    s = _streams.get(handle)
+    if s is None:
         from cuda.bindings import driver
 
-        bx, by, bz = self._block
-        (err,) = driver.cuLaunchKernel(self._function, grid[0], grid[1], grid[2], bx, by, bz, self._smem,
-                                       stream_handle, self._argv_addr, 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            _check(err, f"cuLaunchKernel({self.name}, grid={tuple(grid)})")
+        s = driver.CUstream(handle)
+        if len(_streams) < 1024:
+            _streams[handle] = s
+    return s
 
 
 @lru_cache(maxsize=64)

@@ -150,3 +150,17 @@ def test_every_accepted_config_has_a_layout_without_overlaps(family, d, hpc, pag
     assert layout.overlaps() == [] and layout.total_bytes <= 232448
     ends = sorted((r.offset, r.offset + r.size) for r in layout.regions if r.size)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(ends, ends[1:]))
+
+
+def test_old_style_names_still_select_their_variants():
+    from kvforge.codegen.matrix import filter_variants
+
+    v = next(v for v in VARIANTS if v.family == "mla_decode" and v.backend == "sm80")
+    assert "_ps64_" in v.name or "_ps16_" in v.name
+    old = v.legacy_name
+    assert old != v.name and "_ps" not in old
+    assert v in filter_variants(VARIANTS, old)
+    # two cdna variants that once differed only in the hash now differ in MFMA shape and threads
+    cdna = [x for x in VARIANTS if x.backend == "cdna" and x.family == "gqa_decode" and x.arch == "gfx90a"]
+    fields = [x.name.rsplit("_", 1)[0] for x in cdna]
+    assert len(set(fields)) == len(fields)
