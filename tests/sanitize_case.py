@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|gqa_decode|selftest_<arrive|expect_tx>_<thread|warp>
+    python sanitize_case.py mla_decode|gqa_decode|poisoned_<family>|selftest_<arrive|expect_tx>_<thread|warp>
 
 Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
 several times, in a batch whose long sequences are split on the device, next to lengths 1 and
@@ -43,6 +43,31 @@ def decode_case(family):
         kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True)
 
 
+def poisoned_case(family):
+    """Used block-table entries and lengths that point outside the cache: the kernels must not
+    read there (memcheck), the error record must say so."""
+    lens = [1500, 40, 300]
+    if family == "mla_decode":
+        case = make_case(family, batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=3)
+    else:
+        case = make_case(family, batch=3, s_q=1, hq=8, hkv=2, d=128, page_size=16, lens=lens, seed=3)
+    case.block_table[0, 5] = 1 << 29      # a used page far outside the pool
+    case.block_table[2, 0] = -7           # a negative page
+    case.seqlens[1] = case.block_table.shape[1] * case.k.shape[1] + 50  # longer than the table holds
+    if family == "mla_decode":
+        out, lse = kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens)
+    else:
+        out, lse = kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens)
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(out).all()) and bool(torch.isnan(lse).all()), "poisoned rows must be NaN"
+    try:
+        kvforge.check_errors()
+    except kvforge.DeviceInputError:
+        pass
+    else:
+        raise AssertionError("the error record stayed empty")
+
+
 def selftest_case(fill, arrive):
     from kvforge.codegen.variant import variant_from_dict
     from kvforge.runtime.selftest import launch_pipeline_selftest, reference_sums
@@ -63,6 +88,8 @@ def selftest_case(fill, arrive):
 what = sys.argv[1]
 if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
+elif what.startswith("poisoned_"):
+    poisoned_case(what.removeprefix("poisoned_"))
 else:
     decode_case(what)
 torch.cuda.synchronize()

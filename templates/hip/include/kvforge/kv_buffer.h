@@ -1,4 +1,4 @@
-// kvforge/kv_buffer.h: the DecodeKVBuffer of the CDNA kernels (DESIGN.md section 5).
+// kvforge/kv_buffer.h: the DecodeKVBuffer of the CDNA kernels (docs/architecture.md).
 //
 // One implementation for the K and V roles: load_from_dram() moves a tile of kBN tokens from the
 // paged cache into registers (16 B per lane per load, token = flat / chunks, chunk = flat % chunks
