@@ -32,3 +32,5 @@ def build(model_cls, data: dict):
         return model_cls.model_validate(data)
     except ValidationError as err:
         raise ConfigError(describe_validation_error(model_cls.__name__, err)) from None
+    except ValueError as err:  # raised before pydantic runs (e.g. DecodeConfig's backend dispatch)
+        raise ConfigError(str(err)) from None

@@ -9,21 +9,25 @@ from typing import Annotated, Union
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from .contract import KernelArg, KernelContract, combine_threads, decode_kernels, selftest_kernels  # noqa: F401
-from .decode import DecodeConfig
+from .decode import BACKEND_CLASSES, DecodeConfig, _unknown_backend
+from .decode_cdna import CdnaDecodeConfig
+from .decode_sm80 import Sm80DecodeConfig
 from .errors import ConfigError, describe_validation_error
 from .naming import config_hash, legacy_variant_name, variant_name
 from .policy import C_POLICY, C_TYPES, ERROR_RECORD_INTS
 from .selftest import PipelineSelfTestConfig
 
 
-def _kind(data) -> str:
+def _kind(data) -> str | None:
+    """The union's tag: 'selftest', or the decode config's backend ('sm80', 'cdna')."""
     if isinstance(data, dict):
-        return "selftest" if data.get("kind") == "pipeline_selftest" else "decode"
-    return "selftest" if isinstance(data, PipelineSelfTestConfig) else "decode"
+        return "selftest" if data.get("kind") == "pipeline_selftest" else data.get("backend")
+    return "selftest" if isinstance(data, PipelineSelfTestConfig) else getattr(data, "backend", None)
 
 
 AnyConfig = Annotated[
-    Union[Annotated[PipelineSelfTestConfig, Tag("selftest")], Annotated[DecodeConfig, Tag("decode")]],
+    Union[Annotated[PipelineSelfTestConfig, Tag("selftest")], Annotated[Sm80DecodeConfig, Tag("sm80")],
+          Annotated[CdnaDecodeConfig, Tag("cdna")]],
     Discriminator(_kind),
 ]
 CONFIG_ADAPTER = TypeAdapter(AnyConfig)
@@ -117,9 +121,12 @@ class Variant:
 
 
 def variant_from_dict(data: dict) -> Variant:
+    kind = data.get("kind") or data.get("family") or "config"
+    tag = _kind(data)
+    if tag != "selftest" and tag not in BACKEND_CLASSES:
+        raise ConfigError(f"{kind}: {_unknown_backend(tag)}")
     try:
         return Variant(CONFIG_ADAPTER.validate_python(data))
     except ValidationError as err:
-        kind = data.get("kind") or data.get("family") or "config"
-        raise ConfigError(describe_validation_error(kind, err, skip_tags=("selftest", "decode"))) from None
+        raise ConfigError(describe_validation_error(kind, err, skip_tags=("selftest", *BACKEND_CLASSES))) from None
 

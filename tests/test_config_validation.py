@@ -47,11 +47,13 @@ INVALID = [
     (DecodeConfig, dict(MLA, page_size=48), ["page_size=48", "16, 32, 64 or 128"]),
     (DecodeConfig, dict(MLA, block_n=24), ["block_n=24"]),
     (DecodeConfig, dict(MLA, arch="sm_90a"), ["arch='sm_90a'", "backend 'sm80' targets"]),
-    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90"), ["arch='sm_90'", "sm_90a"]),
+    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90"), ["backend='sm90'", "not landed", "'sm80'"]),
+    (DecodeConfig, dict(MLA, backend="tpu", arch="sm_90"), ["backend='tpu'", "cdna, sm80"]),
+    (DecodeConfig, dict(MLA, kv_buffers=None, pipeline={"num_kv_stages": 2, "num_consumer": 4}, foo=1), ["foo"]),
     (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3"), ["scale_mode='none'", "per_tensor"]),
     (DecodeConfig, dict(MLA, scale_mode="per_tensor"), ["scale_mode='per_tensor'", "fp8_e4m3 KV only"]),
     (DecodeConfig, dict(MLA, kv_dtype="fp16"), ["kv_dtype='fp16'", "q_dtype='bf16'"]),
-    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3", scale_mode="per_token_block"),
+    (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3", scale_mode="per_token_block"),
      ["scale_block_size=None", "per_token_block"]),
     (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3", scale_mode="per_tensor"), ["kv_dtype='fp8_e4m3'", "sm90"]),
     (DecodeConfig, dict(MLA, max_s_q=9), ["max_s_q=9", "less than or equal to 8"]),
@@ -134,3 +136,19 @@ def test_derived_counts_follow_the_design():
 def test_matrix_entry_errors_name_the_kind():
     with pytest.raises(ConfigError, match=r"pipeline_selftest\.pipeline\.num_kv_stages=1"):
         variant_from_dict({"kind": "pipeline_selftest", "pipeline": {"num_kv_stages": 1}})
+
+
+def test_one_config_class_per_backend():
+    """The backend field picks the class; each class has only its own backend's fields."""
+    from kvforge.codegen.decode_cdna import CdnaDecodeConfig
+    from kvforge.codegen.decode_sm80 import Sm80DecodeConfig
+
+    sm80 = build(DecodeConfig, dict(MLA))
+    assert type(sm80) is Sm80DecodeConfig and "kv_buffers" not in sm80.model_dump()
+    cdna = build(DecodeConfig, dict(CDNA))
+    assert type(cdna) is CdnaDecodeConfig and "pipeline" not in cdna.model_dump()
+    # a dump round-trips to the same class and name; older dumps with the other backend's field as null load too
+    assert build(DecodeConfig, sm80.model_dump(mode="json")) == sm80
+    assert build(DecodeConfig, {**sm80.model_dump(mode="json"), "kv_buffers": None}) == sm80
+    with pytest.raises(ConfigError, match=r"kv_buffers: only the cdna backend uses it"):
+        build(DecodeConfig, {**sm80.model_dump(mode="json"), "kv_buffers": cdna.model_dump(mode="json")["kv_buffers"]})

@@ -1,0 +1,181 @@
+"""Sm80DecodeConfig: the portable NVIDIA backend (mma.sync m16n8k16, cp.async into the mbarrier
+KV ring): its ring and warp roles, their checks, and the shared-memory layout and tiling the
+template places."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar, Literal
+
+from pydantic import model_validator
+
+from .decode import DecodeConfig
+from .pipeline import MBARRIER_BYTES, PipelineConfig
+from .policy import DTYPE_BYTES
+from .smem import SmemLayout, SmemLayoutBuilder
+
+MMA_M = 16
+ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
+
+
+class Sm80DecodeConfig(DecodeConfig):
+    backend_name: ClassVar[str] = "sm80"
+    backend: Literal["sm80"] = "sm80"
+    pipeline: PipelineConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_given(cls, data):
+        if isinstance(data, dict) and "pipeline" in data and data["pipeline"] is None:
+            raise ValueError("DecodeConfig.pipeline: required for backend 'sm80' (a PipelineConfig: num_kv_stages, "
+                             "num_producer, num_consumer)")
+        return data
+
+    @classmethod
+    def foreign_hint(cls, name: str) -> str:
+        return "stages KV through the mbarrier ring: set pipeline"
+
+    def _validate_backend(self, where: str) -> None:
+        p = self.pipeline
+        if self.head_dim_qk % (16 * p.num_qk_stages):
+            raise ValueError(f"{where}.pipeline.num_qk_stages={p.num_qk_stages}: must split "
+                             f"head_dim_qk={self.head_dim_qk} into multiples of 16")
+        if self.kv_dtype == "fp8_e4m3":
+            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': the sm80 backend reads bf16/fp16 KV; "
+                             "fp8 KV needs backend 'sm90'")
+        if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
+            raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps and "
+                             f"num_qk_stages=1; got num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}")
+        rg = self.q_rows // MMA_M
+        if p.num_consumer % rg:
+            raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: consumer warps split into "
+                             f"{rg} row groups of 16 query rows (heads_per_cta * max_s_q = "
+                             f"{self.heads_per_cta * self.max_s_q}); use a multiple of {rg}")
+        cg = p.num_consumer // rg
+        rows_per_pass = 32 // min(32, self.head_dim_qk * 2 // 16)
+        if self.block_n % (p.num_producer * rows_per_pass):
+            raise ValueError(f"{where}.block_n={self.block_n}: {p.num_producer} producer warps each load rows in "
+                             f"passes of {rows_per_pass}; use a multiple of {p.num_producer * rows_per_pass} or "
+                             "fewer producers")
+        if self.block_n % (8 * cg) or (self.block_n // cg > 8 and self.block_n // cg % 16):
+            raise ValueError(f"{where}.block_n={self.block_n}: {cg} column-group warps each take 8 keys or a "
+                             f"multiple of 16; use a multiple of {16 * cg} or exactly {8 * cg}")
+        if self.head_dim_v % (16 * cg):
+            raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: {cg} column groups must split "
+                             f"head_dim_v={self.head_dim_v} into multiples of 16")
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def num_kv_stages(self) -> int:
+        return self.pipeline.num_kv_stages
+
+    @property
+    def num_consumer_warps(self) -> int:
+        return self.pipeline.num_consumer
+
+    @property
+    def q_rows(self) -> int:
+        """Query rows a CTA holds (heads x s_q), padded to the MMA's M."""
+        return -(-self.heads_per_cta * self.max_s_q // MMA_M) * MMA_M
+
+    @property
+    def row_groups(self) -> int:
+        """Consumer warps per column group: each owns 16 query rows."""
+        return self.q_rows // MMA_M
+
+    @property
+    def col_groups(self) -> int:
+        """Warps sharing one row group: they split the tile's keys (QK) and V's columns (PV)."""
+        return max(1, self.num_consumer_warps // self.row_groups)
+
+    @property
+    def keys_per_warp(self) -> int:
+        return self.block_n // self.col_groups
+
+    @property
+    def cols_per_warp(self) -> int:
+        return self.head_dim_v // self.col_groups
+
+    @property
+    def q_row_stride(self) -> int:
+        """Bytes per Q row in SMEM, padded by 16 B so ldmatrix's 8 rows hit distinct banks."""
+        return self.head_dim_qk * DTYPE_BYTES[self.q_dtype] + ROW_PAD
+
+    @property
+    def kv_row_stride(self) -> int:
+        return self.head_dim_qk * 2 + ROW_PAD
+
+    @property
+    def p_row_stride(self) -> int:
+        return self.block_n * 2 + ROW_PAD
+
+    @property
+    def v_offset_in_stage(self) -> int:
+        """MLA's V is the first 512 columns of the K rows; GQA's V tile follows the K tile."""
+        return 0 if self.family == "mla_decode" else self.block_n * self.kv_row_stride
+
+    @property
+    def stage_bytes(self) -> int:
+        tiles = 1 if self.family == "mla_decode" else 2
+        return tiles * self.block_n * self.kv_row_stride
+
+    @property
+    def full_arrivals(self) -> int:
+        """Every producer lane arrives through cp.async.mbarrier.arrive.noinc."""
+        return 32 * self.pipeline.num_producer
+
+    @property
+    def empty_arrivals(self) -> int:
+        return self.pipeline.empty_arrive_count
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.pipeline.num_producer + self.pipeline.num_consumer)
+
+    @property
+    def acc_regs_per_thread(self) -> int:
+        return self.q_rows * self.head_dim_v // (32 * self.num_consumer_warps)
+
+    @cached_property
+    def layout(self) -> SmemLayout:
+        p = self.pipeline
+        b = SmemLayoutBuilder()
+        b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
+        b.add("q", self.q_rows * self.q_row_stride)
+        b.add("kv_stages", p.num_kv_stages * self.stage_bytes)
+        b.add("p_tile", self.q_rows * self.p_row_stride)
+        b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
+        b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
+        b.add("row_offsets", self.block_n * 8, align=16)  # producers' per-row gather offsets
+        # depth-split QK: each warp's fp32 partial S [q_rows][block_n] (rows padded by 16 B)
+        b.add("s_part", self.col_groups * self.q_rows * self.s_part_stride * 4 if self.qk_depth_split else 0,
+              align=16)
+        return b.build()
+
+    @property
+    def qk_depth_split(self) -> bool:
+        """MLA: a row group's warps split QK by depth, keeping their Q slice in registers (no Q
+        reloads from SMEM per tile), when those registers fit beside the accumulators."""
+        if self.family != "mla_decode" or self.col_groups == 1:
+            return False
+        q_regs = self.head_dim_qk // self.col_groups // 16 * 4
+        return self.head_dim_qk % (16 * self.col_groups) == 0 and q_regs + self.acc_regs_per_thread <= 112
+
+    @property
+    def depth_per_warp(self) -> int:
+        return self.head_dim_qk // self.col_groups if self.qk_depth_split else self.head_dim_qk
+
+    @property
+    def s_part_stride(self) -> int:
+        return self.block_n + 4
+
+    @property
+    def rows_per_producer(self) -> int:
+        return self.block_n // self.pipeline.num_producer
+
+    def backend_name_fields(self) -> list[str]:
+        return self.pipeline.name_fields()
+
+    def legacy_backend_name_fields(self) -> list[str]:
+        p = self.pipeline
+        return [f"s{p.num_kv_stages}x{p.num_qk_stages}",
+                f"p{p.num_producer}c{p.num_consumer}{'t' if p.consumer_arrive == 'thread' else ''}"]
