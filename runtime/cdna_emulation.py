@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvforge.codegen.cdna_layout import WAVE, lds_element_offset, tile_swizzles, token_chunk
-from kvforge.codegen.decode import DecodeConfig, split_plan
+from kvforge.codegen.decode import DecodeConfig
+from kvforge.codegen.policy import split_plan
 
 LN2 = 0.6931471805599453
 LOG2E = 1.4426950408889634
