@@ -119,6 +119,9 @@ def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, 
 
 def _check_kv_dtype(t: TensorArg, q_dtype: str) -> None:
     if t.dtype != q_dtype:
+        if t.dtype == "uint8" and t.shape[-1] == 656:
+            raise TypeError(f"{t.name}: an fp8_ds_mla cache (uint8, 656-byte tokens) is not supported by the decode "
+                            "kernels yet; use a bf16/fp16 cache")
         if t.dtype == "fp8_e4m3":
             raise TypeError(f"{t.name}: fp8_e4m3 KV caches are not supported yet (they need the sm90 "
                             "load-and-convert kernels); use bf16/fp16")
