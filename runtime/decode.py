@@ -24,6 +24,7 @@ from kvforge.codegen.variant import Variant
 from . import torch_ops
 from .call_args import CallShape, check_ranges_on_host, check_scale_args, validate
 from .device import device_arch, on_device
+from .launch import LaunchError
 from .plan import DecodePlan
 
 _TORCH_DTYPES: dict[str, object] = {}
@@ -253,8 +254,14 @@ class _Runner:
         if plan.launcher.platform == "cuda" and T._C._cuda_getDevice() != dev:
             with on_device(dev):  # the tensors' device, whatever the caller's current one is
                 plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
-        else:
+            return out, lse
+        try:
             plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+        except LaunchError as err:  # a thread that never made a context current (torch binds one lazily)
+            if "INVALID_CONTEXT" not in str(err):
+                raise
+            with on_device(dev):
+                plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
         return out, lse
 
     def _generic_call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
