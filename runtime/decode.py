@@ -27,8 +27,6 @@ from .device import device_arch, on_device
 from .launch import LaunchError
 from .plan import DecodePlan
 
-_TORCH_DTYPES: dict[str, object] = {}
-
 
 # ---- plans ------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
@@ -116,13 +114,12 @@ def _empty(like, shape, dtype: str, device_id: int):
 
 
 def _ptr(obj) -> int:
-    return obj.data_ptr() if _framework(obj) == "torch" else device_ptr(obj)
-
-
-def device_ptr(obj) -> int:
+    """A tensor's device address (torch directly; others through their DLPack/CAI view)."""
+    if _framework(obj) == "torch":
+        return obj.data_ptr()
     from .tensors import device_view
 
-    return device_view(obj, "workspace", contiguous=False).ptr
+    return device_view(obj, "tensor", contiguous=False).ptr
 
 
 def _stream_handle(stream, like, device_id: int) -> int:
@@ -405,8 +402,6 @@ class _DecodeObject:
 
     def __init__(self, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str,
                  max_batch: int, s_q: int, device: int, config: DecodeConfig | None) -> None:
-        from .call_args import CallShape
-
         if dtype not in ("bf16", "fp16"):
             raise ValueError(f"dtype={dtype!r}: supported 'bf16', 'fp16'")
         if page_size not in policy.PAGE_SIZES:

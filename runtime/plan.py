@@ -3,9 +3,9 @@
 A plan holds what every call of its shape class shares: the variant and its two kernel contracts,
 the kernels compiled (through the cache) and loaded on the device, one launcher per platform
 (CUDA: packed arguments and one cuLaunchKernel per kernel; HIP: hip-python), the split geometry
-per batch size and the device's error record. `launch()` writes the call's pointers and sizes into
-the packed arguments and launches the main kernel, then the combine kernel when sequences are
-split: nothing is compiled, looked up or allocated there.
+per batch size and the device's error record. `launch_packed()` writes the call's pointers (and,
+when the signature changed, its sizes) into the packed arguments and launches the main kernel,
+then the combine kernel when sequences are split: nothing is compiled, looked up or allocated there.
 """
 from __future__ import annotations
 
@@ -114,15 +114,6 @@ class DecodePlan:
         if splits <= 1:
             return 0
         return batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
-
-    def launch(self, q: int, k_cache: int, v_cache: int, block_table: int, seqlens: int, out: int, lse: int,
-               workspace: int, *, batch: int, s_q: int, num_q_heads: int, num_kv_heads: int, num_pages: int,
-               max_pages: int, scale_log2: float, causal: bool, stream: int, geometry: tuple) -> None:
-        """Launch on `stream` (a raw handle). Pointers are ints; `workspace` holds
-        workspace_floats() fp32 words when sequences may be split."""
-        sizes = (batch, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, geometry)
-        self.launch_packed(sizes, (q, k_cache, v_cache, block_table, seqlens, out, lse), workspace, scale_log2,
-                           1 if causal else 0, stream)
 
     def launch_packed(self, sizes: tuple, ptrs: tuple, workspace: int, scale_log2: float, causal: int,
                       stream: int) -> None:
