@@ -157,12 +157,6 @@ class DecodeConfig(BaseModel):
 
     # ---- derived, shared ---------------------------------------------------------------------
     @property
-    def kv_row_bytes(self) -> int:
-        """Bytes of one token in a KV slot (MLA: the 576-wide row; GQA: K row + V row)."""
-        width = self.head_dim_qk if self.family == "mla_decode" else 2 * self.head_dim_qk
-        return width * DTYPE_BYTES[self.kv_dtype]
-
-    @property
     def min_keys_per_split(self) -> int:
         """The split planner never cuts a sequence into chunks shorter than this."""
         return policy.min_keys_per_split(self.block_n)

@@ -8,7 +8,7 @@ from typing import Annotated, Union
 
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
-from .contract import KernelArg, KernelContract, combine_threads, decode_kernels, selftest_kernels  # noqa: F401
+from .contract import KernelContract, decode_kernels, selftest_kernels
 from .decode import BACKEND_CLASSES, DecodeConfig, _unknown_backend
 from .decode_cdna import CdnaDecodeConfig
 from .decode_sm80 import Sm80DecodeConfig

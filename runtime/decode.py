@@ -175,13 +175,13 @@ def _bind_torch():
 class _Prepared:
     """A validated call signature: its shape, plan, launch sizes and what the hot path allocates."""
 
-    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale", "sizes", "torch_device", "out_dtype")
+    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale_log2", "sizes", "torch_device", "out_dtype")
 
     def __init__(self, shape: CallShape, plan: DecodePlan) -> None:
         self.shape, self.plan = shape, plan
         self.geometry = plan.geometry(shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads)
         self.ws_floats = plan.workspace_floats(shape.batch, shape.s_q, shape.num_q_heads, self.geometry[0])
-        self.scale = shape.default_scale
+        self.scale_log2 = shape.default_scale * policy.LOG2E  # exp2 with the scale folded in
         self.sizes = (shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads, shape.num_pages,
                       shape.max_pages, self.geometry)
         self.torch_device = self.out_dtype = None
@@ -244,21 +244,21 @@ class _Runner:
         if check_inputs or (check_inputs is None and _DEBUG):
             self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
-        scale = prep.scale if softmax_scale is None else softmax_scale
+        scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(), out.data_ptr(), lse.data_ptr())
         causal_flag = 1 if causal and shape.s_q > 1 else 0
         plan = prep.plan
         if plan.launcher.platform == "cuda" and T._C._cuda_getDevice() != dev:
             with on_device(dev):  # the tensors' device, whatever the caller's current one is
-                plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
             return out, lse
         try:
-            plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+            plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
         except LaunchError as err:  # a thread that never made a context current (torch binds one lazily)
             if "INVALID_CONTEXT" not in str(err):
                 raise
             with on_device(dev):
-                plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
         return out, lse
 
     def _generic_call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
@@ -275,14 +275,14 @@ class _Runner:
         if check_inputs or (check_inputs is None and _DEBUG):
             self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
-        scale = prep.scale if softmax_scale is None else softmax_scale
+        scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = tuple(_ptr(x) for x in (q, k, v, bt, sl, out, lse))
         causal_flag = 1 if causal and shape.s_q > 1 else 0
         if prep.plan.launcher.platform == "cuda":
             with on_device(dev):
-                prep.plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+                prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
         else:
-            prep.plan.launch_packed(prep.sizes, ptrs, ws, scale * policy.LOG2E, causal_flag, handle)
+            prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
         return out, lse
 
     def _debug_checks(self, prep, views, q, k, v, bt, sl, out, lse, handle) -> None:
@@ -421,7 +421,7 @@ class _DecodeObject:
             _check_config(config, self._shape)
         self.config = config
         self.plan = plan_for(config, self.device_id)
-        blocks = policy.head_blocks(self.family, num_q_heads, num_kv_heads, config.heads_per_cta)
+        blocks = config.head_blocks(num_q_heads, num_kv_heads)
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms)
         self._workspace = None
         self._workspace_floats = rows * (1 + config.head_dim_v)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compiler import CompiledKernel
+from .launch import ArgSlots
 
 
 class HipLaunchError(RuntimeError):
@@ -115,18 +116,12 @@ def error_record_ptr(device_id: int) -> int:
         return ptr
 
 
-class PackedHipLaunch:
-    """PackedLaunch's interface for HIP: slots per contract argument, packed at launch."""
+class PackedHipLaunch(ArgSlots):
+    """PackedLaunch's interface for HIP: the same argument slots, passed through hip-python."""
 
     def __init__(self, kernel: HipKernel, contract) -> None:
-        self.kernel, self.contract = kernel, contract
-        self.index = {a.name: i for i, a in enumerate(contract.args)}
-        kinds = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}
-        self.slots = [kinds[a.scalar_kind]() for a in contract.args]
-        self.kinds = [a.scalar_kind for a in contract.args]
-
-    def set(self, name: str, value) -> None:
-        self.slots[self.index[name]].value = value
+        super().__init__(contract)
+        self.kernel = kernel
 
     def launch(self, grid, stream) -> None:
         args = tuple(("ptr", s.value) if k == "ptr" else (float(s.value) if k == "float" else int(s.value))

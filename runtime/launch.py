@@ -139,7 +139,23 @@ def _load_locked(compiled: CompiledKernel, digest: str, symbol: str, dynamic_sme
 _C_SLOTS = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}
 
 
-class PackedLaunch:
+class ArgSlots:
+    """A kernel contract's arguments as ctypes slots, in its order, plus the array of their
+    addresses a launch passes as kernelParams (CUDA and HIP launches share it)."""
+
+    def __init__(self, contract) -> None:
+        self.contract = contract
+        self.index = {a.name: i for i, a in enumerate(contract.args)}
+        self.kinds = [a.scalar_kind for a in contract.args]
+        self.slots = [_C_SLOTS[k]() for k in self.kinds]
+        self._argv = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(v) for v in self.slots])
+        self.argv_addr = ctypes.addressof(self._argv)
+
+    def set(self, name: str, value) -> None:
+        self.slots[self.index[name]].value = value
+
+
+class PackedLaunch(ArgSlots):
     """One kernel's launch with its arguments packed once, in its contract's order.
 
     Each argument has a ctypes slot; `kernelParams` is an array of the slots' addresses, built
@@ -153,25 +169,18 @@ class PackedLaunch:
         if contract.dynamic_smem_bytes > kernel.max_dynamic_smem:
             raise LaunchError(f"{contract.symbol}: {contract.dynamic_smem_bytes} B of dynamic shared memory "
                               f"requested, the kernel was loaded for at most {kernel.max_dynamic_smem} B")
+        super().__init__(contract)
         self.name = contract.symbol
-        self.contract = contract
-        self.index = {a.name: i for i, a in enumerate(contract.args)}
-        self.slots = [_C_SLOTS[a.scalar_kind]() for a in contract.args]
-        self._argv = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(v) for v in self.slots])
-        self._argv_addr = ctypes.addressof(self._argv)
         self._function = kernel.function
         self._block = contract.block
         if _cuLaunchKernel is None:
             _bind_driver()
         self._smem = contract.dynamic_smem_bytes
 
-    def set(self, name: str, value) -> None:
-        self.slots[self.index[name]].value = value
-
     def launch(self, grid: tuple[int, int, int], stream_handle: int) -> None:
         bx, by, bz = self._block
         (err,) = _cuLaunchKernel(self._function, grid[0], grid[1], grid[2], bx, by, bz, self._smem,
-                                 _stream_object(stream_handle), self._argv_addr, 0)
+                                 _stream_object(stream_handle), self.argv_addr, 0)
         if err != _SUCCESS:
             _check(err, f"cuLaunchKernel({self.name}, grid={tuple(grid)})")
 

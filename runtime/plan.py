@@ -83,7 +83,7 @@ class DecodePlan:
         if buf is None:
             from .memory import DeviceBuffer
 
-            blocks = policy.head_blocks(self.config.family, num_q_heads, num_kv_heads, self.config.heads_per_cta)
+            blocks = self.config.head_blocks(num_q_heads, num_kv_heads)
             pairs = max(1, (self.num_sms * self.config.ctas_per_sm) // blocks)
             floats = pairs * s_q * num_q_heads * (1 + self.head_dim_v)
             if self.launcher.platform != "cuda":
@@ -92,7 +92,7 @@ class DecodePlan:
         return buf.ptr
 
     def splits(self, batch: int, num_q_heads: int, num_kv_heads: int) -> int:
-        blocks = policy.head_blocks(self.config.family, num_q_heads, num_kv_heads, self.config.heads_per_cta)
+        blocks = self.config.head_blocks(num_q_heads, num_kv_heads)
         return policy.num_splits(blocks * batch, self.config.ctas_per_sm, self.num_sms)
 
     def geometry(self, batch: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> tuple:

@@ -1,0 +1,111 @@
+"""Runtime argument errors that need no GPU: the plan/run objects' constructor and shape checks,
+streams, KV dtypes the kernels do not read, the device error record's messages, and the packed
+argument slots every launch goes through."""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from kvforge.codegen.matrix import load_matrix
+from kvforge.runtime.call_args import CallShape, _check_kv_dtype
+from kvforge.runtime.tensors import TensorArg
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(num_heads=0, page_size=64), r"num_heads=0: MLA decode supports 1\.\.128"),
+    (dict(num_heads=16, page_size=48), r"page_size=48; supported: 16, 32, 64, 128"),
+    (dict(num_heads=16, page_size=64, dtype="fp32"), r"dtype='fp32': supported 'bf16', 'fp16'"),
+    (dict(num_heads=16, page_size=64, s_q=9), r"s_q=9 is outside the supported 1\.\.8"),
+    (dict(num_heads=16, page_size=64, max_batch=0), r"max_batch=0: must be at least 1"),
+])
+def test_mla_plan_object_rejects_bad_arguments_before_touching_a_device(kwargs, needle):
+    import kvforge
+
+    kwargs.setdefault("max_batch", 4)
+    with pytest.raises(ValueError, match=needle):
+        kvforge.MLADecode(**kwargs)
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((32, 8, 96, 16), r"head_dim=96; supported: 64, 128, 256"),
+    ((32, 3, 128, 16), r"num_q_heads=32, num_kv_heads=3: the group must be one of 1, 2, 4, 8, 16"),
+    ((64, 2, 128, 16), r"num_q_heads=64, num_kv_heads=2: the group must be one of"),
+])
+def test_gqa_plan_object_rejects_bad_head_layouts(args, needle):
+    import kvforge
+
+    with pytest.raises(ValueError, match=needle):
+        kvforge.GQADecode(*args, max_batch=4)
+
+
+def _shape(**over):
+    base = dict(family="mla_decode", device_id=0, dtype="bf16", batch=4, s_q=1, num_q_heads=16, num_kv_heads=1,
+                head_dim=576, page_size=64, num_pages=100, max_pages=10, out_shape=(), lse_shape=())
+    base.update(over)
+    return CallShape(**base)
+
+
+@pytest.mark.parametrize("over,needle", [
+    (dict(batch=9), r"q: batch 9 exceeds max_batch=8 of this MLADecode"),
+    (dict(s_q=2), r"q: s_q=2 does not match this MLADecode, planned for s_q=1"),
+    (dict(page_size=16), r"page_size=16 does not match this MLADecode, planned for 64"),
+    (dict(dtype="fp16"), r"dtype='fp16' does not match this MLADecode, planned for 'bf16'"),
+    (dict(num_q_heads=32), r"num_q_heads=32 does not match this MLADecode, planned for 16"),
+    (dict(device_id=1), r"device_id=1 does not match this MLADecode, planned for 0"),
+])
+def test_a_plan_object_refuses_calls_outside_its_shape_class(over, needle):
+    from kvforge.runtime.decode import MLADecode
+
+    obj = MLADecode.__new__(MLADecode)  # the shape check alone: no device, no compile
+    obj._shape, obj.max_batch, obj.s_q = _shape(), 8, 1
+    obj._check_shape(_shape(batch=8))  # the planned class itself passes
+    with pytest.raises(ValueError, match=needle):
+        obj._check_shape(_shape(**over))
+
+
+def test_streams_of_unknown_types_are_refused_by_name():
+    from kvforge.runtime.decode import _stream_handle
+
+    assert _stream_handle(7, None, 0) == 7
+    with pytest.raises(TypeError, match=r"stream: expected None, an int handle, .* got str"):
+        _stream_handle("default", None, 0)
+
+
+@pytest.mark.parametrize("dtype,shape,needle", [
+    ("uint8", (10, 64, 656), r"kv_cache: an fp8_ds_mla cache \(uint8, 656-byte tokens\) is not supported"),
+    ("fp8_e4m3", (10, 64, 576), r"kv_cache: fp8_e4m3 KV caches are not supported yet"),
+    ("fp16", (10, 64, 576), r"kv_cache: dtype must match q \(bf16\), got fp16"),
+])
+def test_kv_caches_the_kernels_cannot_read_get_a_clear_error(dtype, shape, needle):
+    with pytest.raises(TypeError, match=needle):
+        _check_kv_dtype(TensorArg("kv_cache", 0, shape, dtype, 0, None), "bf16")
+
+
+def test_the_error_record_reads_as_the_host_checks_did():
+    from kvforge.codegen.policy import ERR_PAGE, ERR_SEQLEN
+    from kvforge.runtime.error_record import describe
+
+    assert describe([ERR_SEQLEN, 3, -1, 9999, 9999, 192, 0, 0]).startswith(
+        "cache_seqlens[3]=9999: must be in 0..192")
+    assert describe([ERR_PAGE, 1, 5, 77, 700, 24, 0, 0]).startswith(
+        "block_table[1][5]=77: pages used by its 700 tokens must be in 0..23")
+    assert "unknown device error code 9" in describe([9, 0, 0, 0, 0, 0, 0, 0])
+
+
+def test_argument_slots_follow_the_contract_order_and_types():
+    from kvforge.runtime.launch import ArgSlots
+
+    v = next(v for v in load_matrix() if v.family == "mla_decode" and v.backend == "sm80")
+    contract = v.contracts["main"]
+    slots = ArgSlots(contract)
+    slots.set("q", 0x1234_5678_9ABC)
+    slots.set("num_pages", 77)
+    slots.set("scale_log2", 0.5)
+    argv = (ctypes.c_void_p * len(contract.args)).from_address(slots.argv_addr)
+    names = [a.name for a in contract.args]
+    assert ctypes.c_uint64.from_address(argv[names.index("q")]).value == 0x1234_5678_9ABC
+    assert ctypes.c_int32.from_address(argv[names.index("num_pages")]).value == 77
+    assert ctypes.c_float.from_address(argv[names.index("scale_log2")]).value == 0.5
+    assert [type(s) for s in slots.slots] == [
+        {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}[a.scalar_kind] for a in contract.args]
