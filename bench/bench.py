@@ -19,6 +19,7 @@ import time
 import torch
 
 import kvforge
+from kvforge.runtime.decode import select_config
 
 L2_BYTES = 60 << 20
 
@@ -100,10 +101,20 @@ def make_inputs(sh: Shape, copies: int):
     return q, kv, bt, lens
 
 
-def run_kvforge(sh, q, k, v, bt, lens):
+def run_kvforge(sh, q, k, v, bt, lens, config=None):
     if sh.family == "mla_decode":
-        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1)[0]
-    return kvforge.gqa_decode(q, k, v, bt, lens)[0]
+        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, config=config)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens, config=config)[0]
+
+
+def sm80_config(sh):
+    """The sm80 backend's choice for the shape (the baseline the sm90 kernels must beat)."""
+    from kvforge.codegen.select import select_decode_config
+    from kvforge.runtime.device import device_arch
+
+    heads = sh.hq if sh.family == "mla_decode" else sh.hq // sh.hkv
+    return select_decode_config(sh.family, device_arch(0), "bf16", sh.page, heads=heads, head_dim=sh.d, s_q=sh.s_q,
+                                backend="sm80")
 
 
 def run_torch(sh, q, k, v, bt, lens):
@@ -155,8 +166,9 @@ def flashinfer_runner(sh, q, kv, bt, lens):
 
 
 SHAPES = [
-    Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
-    Shape("mla_decode", 128, 4096, 128, s_q=2), Shape("mla_decode", 1, 32768, 128),
+    Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64),
+    Shape("mla_decode", 128, 4096, 128), Shape("mla_decode", 128, 4096, 64, s_q=2),
+    Shape("mla_decode", 32, 8192, 128), Shape("mla_decode", 1, 32768, 128),
     Shape("gqa_decode", 64, 8192, 32, 8, 128, page=16), Shape("gqa_decode", 1, 65536, 32, 8, 128, page=16),
 ]
 
@@ -182,6 +194,12 @@ def main() -> int:
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes)))
         q, kv, bt, lens = make_inputs(sh, copies)
         ours = graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)], iters)
+        base_cfg = sm80_config(sh)
+        if select_config(sh.family, "bf16", sh.page, sh.hq // sh.hkv, sh.d, sh.s_q, 0) == base_cfg:
+            sm80_ms = ours
+        else:
+            sm80_ms = graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens, base_cfg) for i in range(copies)],
+                               iters)
         it = iter(range(10**9))
         eager = median_ms(lambda: run_kvforge(sh, q, *kv[next(it) % copies], bt, lens), iters)
         ref = run_torch(sh, q, *kv[0], bt, lens)
@@ -207,21 +225,23 @@ def main() -> int:
                 fi_note += f"\n- {sh.label}: FlashInfer failed: {type(e).__name__}: {str(e)[:200]}"
         gbs = kv_bytes / ours / 1e6
         rows.append((sh.label, ours, gbs, sh.flops() / ours / 1e9, gbs / ceil["read"], gbs / ceil["copy"],
-                     torch_ms, torch_ms / ours, fi_ms, fi_ms / ours, err, eager))
+                     torch_ms, torch_ms / ours, fi_ms, fi_ms / ours, err, eager, sm80_ms))
         del q, kv
         torch.cuda.empty_cache()
-        print(f"{sh.label}: {ours:.3f} ms ({eager:.3f} eager), {gbs:.0f} GB/s, torch {torch_ms:.3f} ms, "
+        print(f"{sh.label}: {ours:.3f} ms ({eager:.3f} eager, sm80 {sm80_ms:.3f}), {gbs:.0f} GB/s, "
+              f"torch {torch_ms:.3f} ms, "
               f"flashinfer {fi_ms:.3f} ms",
               file=sys.stderr)
     dev = torch.cuda.get_device_name()
     lines = [f"Device: {dev}. Ceilings measured in this run: streaming read {ceil['read']:.0f} GB/s, "
              f"device copy {ceil['copy']:.0f} GB/s (read+write counted).", "",
              "| shape | kvforge ms | GB/s | TFLOPS | of read ceiling | of copy ceiling | torch ms | torch/kvforge "
-             "| FlashInfer ms | FlashInfer/kvforge | rel. L2 vs torch | kvforge eager ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| FlashInfer ms | FlashInfer/kvforge | rel. L2 vs torch | kvforge eager ms | sm80 backend ms "
+             "| sm80/kvforge |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r[0]} | {r[1]:.3f} | {r[2]:.0f} | {r[3]:.1f} | {r[4]:.0%} | {r[5]:.0%} | {r[6]:.3f} | "
-                     f"{r[7]:.2f}x | {r[8]:.3f} | {r[9]:.2f}x | {r[10]:.1e} | {r[11]:.3f} |")
+                     f"{r[7]:.2f}x | {r[8]:.3f} | {r[9]:.2f}x | {r[10]:.1e} | {r[11]:.3f} | {r[12]:.3f} | {r[1] and r[12] / r[1]:.2f}x |")
     if fi_note:
         lines += ["", fi_note.strip()]
     table = "\n".join(lines)

@@ -15,6 +15,9 @@ from .policy import C_TYPES, HIP_ELEMENT_C_TYPE
 from .selftest import PipelineSelfTestConfig
 
 
+TENSOR_MAP_CTYPE = "const __grid_constant__ kvforge::sm90::TensorMap"  # kvforge/sm90_tile.cuh
+
+
 @dataclass(frozen=True)
 class KernelArg:
     name: str
@@ -26,9 +29,12 @@ class KernelArg:
 
     @property
     def scalar_kind(self) -> str:
-        """'ptr', 'int' (32-bit) or 'float' (32-bit): how the runtime packs the value."""
+        """'ptr', 'int' (32-bit), 'float' (32-bit) or 'tmap' (a 128-byte CUtensorMap passed by value):
+        how the runtime packs the value."""
         if self.is_pointer:
             return "ptr"
+        if self.ctype == TENSOR_MAP_CTYPE:
+            return "tmap"
         return {"int": "int", "float": "float"}[self.ctype]
 
 
@@ -108,7 +114,8 @@ def selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> dict[str, Kernel
 
 
 def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
-    """The main kernel (split-KV planned inside it from cache_seqlens) and the combine kernel."""
+    """The main kernel (split-KV planned inside it from cache_seqlens) and the combine kernel.
+    sm90 main kernels take one more argument last: `kv_map`, the KV cache's TMA tensor map."""
     t = HIP_ELEMENT_C_TYPE if cfg.backend == "cdna" else C_TYPES[cfg.q_dtype]
     heads = GridDim("num_q_heads", cfg.heads_per_cta) if cfg.family == "mla_decode" else GridDim("num_kv_heads")
     # The HIP kernels hold their LDS in a static array: no dynamic shared memory to request.
@@ -118,7 +125,8 @@ def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
         _args(f"const {t}* q", f"const {t}* k_cache", f"const {t}* v_cache", "const int* block_table",
               "const int* seqlens", f"{t}* out", "float* lse", "float* part_o", "float* part_lse", "int* error_word",
               "int s_q", "int num_q_heads", "int num_kv_heads", "int num_pages", "int max_pages", "int num_splits",
-              "float scale_log2", "int causal"))
+              "float scale_log2", "int causal",
+              *((f"{TENSOR_MAP_CTYPE} kv_map",) if cfg.backend == "sm90" else ())))
     combine = KernelContract(
         "combine", f"{name}_combine", (GridDim("num_q_heads"), GridDim("s_q"), GridDim("batch")),
         (combine_threads(cfg), 1, 1), 0,

@@ -1,7 +1,8 @@
 """DecodeConfig: one decode-attention kernel variant (MLA or GQA), one config class per backend.
 
 `DecodeConfig` holds the family fields every backend shares and their checks; each backend is a
-subclass (`decode_sm80.Sm80DecodeConfig`, `decode_cdna.CdnaDecodeConfig`) with its own fields
+subclass (`decode_sm80.Sm80DecodeConfig`, `decode_sm90.Sm90DecodeConfig`,
+`decode_cdna.CdnaDecodeConfig`) with its own fields
 (the mbarrier ring, or the register-staged KV buffers), checks and derived layout, selected by the
 `backend` field (`DecodeConfig.model_validate(data)` dispatches). A new backend adds a class here,
 not a branch in every property. Every number a kernel needs is computed once and validated
@@ -23,7 +24,7 @@ WHERE = "DecodeConfig"
 
 # backend name -> its config class (filled as the backend modules are imported, at the bottom)
 BACKEND_CLASSES: dict[str, type["DecodeConfig"]] = {}
-NOT_LANDED = {"sm90": "wgmma + TMA", "sm100": "tcgen05"}
+NOT_LANDED = {"sm100": "tcgen05"}
 
 
 class DecodeConfig(BaseModel):
@@ -207,4 +208,4 @@ def _unknown_backend(backend) -> str:
     return f"{WHERE}.backend={backend!r}: supported backends are {', '.join(sorted(BACKEND_CLASSES))}"
 
 
-from . import decode_cdna, decode_sm80  # noqa: E402,F401  (each registers its backend class)
+from . import decode_cdna, decode_sm80, decode_sm90  # noqa: E402,F401  (each registers its backend class)

@@ -1,7 +1,7 @@
 """Matrix entries need only what matters: the fields a decode entry leaves out are filled before
 validation, with what the family implies and what the runtime's variant choice would pick.
 
-- `backend`: `cdna` for gfx arches, else `sm80` (the backends the runtime picks).
+- `backend`: `cdna` for gfx arches, `sm90` for sm_90a, else `sm80`.
 - MLA: `head_dim_qk = 576`, `head_dim_v = 512`; GQA: one head dim given implies the other.
 - sm80: a missing `block_n` or `pipeline` comes from `select.sm80_choice` for the entry's arch,
   page size, heads per CTA, dtype and max_s_q (the function the runtime's choice calls). Every
@@ -23,7 +23,7 @@ DECODE_FAMILIES = ("mla_decode", "gqa_decode")
 
 
 def default_backend(arch: str) -> str:
-    return "cdna" if arch.startswith("gfx") else "sm80"
+    return "cdna" if arch.startswith("gfx") else "sm90" if arch == "sm_90a" else "sm80"
 
 
 def _is_int(value) -> bool:

@@ -95,13 +95,35 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
                       f"page_size={page_size} on {arch}: {last_err}")
 
 
+# The backends whose kernels a device of this arch runs best, in order of preference per family.
+PREFERRED_BACKENDS = {("mla_decode", "sm_90"): ("sm90", "sm80")}
+
+
+def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConfig:
+    """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
+    for (one variant per s_q and page size, whatever the head count)."""
+    return build(DecodeConfig, dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0],
+                                    head_dim_v=MLA_DIMS[1], heads_per_cta=64 // s_q, page_size=page_size,
+                                    block_n=64, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q, num_kv_stages=2))
+
+
 @lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
-                         s_q: int) -> DecodeConfig:
-    """The sm80-backend config for these shapes. `heads` is H for MLA and Hq / Hkv for GQA.
+                         s_q: int, backend: str | None = None) -> DecodeConfig:
+    """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
+    GQA. `backend` forces one backend ('sm80' or 'sm90'); by default the arch's preferred one
+    (`PREFERRED_BACKENDS`: sm90 for MLA on sm_90, sm80 otherwise).
 
-    Picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
+    sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
+    choice = backend or PREFERRED_BACKENDS.get((family, arch), ("sm80",))[0]
+    if choice == "sm90":
+        if arch != "sm_90" or family != "mla_decode":
+            raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
+                              f"(mla_decode); this is {family} on {arch}")
+        return sm90_choice(family, dtype, page_size, s_q)
+    if choice != "sm80":
+        raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":
         hpc, dims = _mla_heads_per_cta(heads, s_q), MLA_DIMS
     else:

@@ -12,6 +12,7 @@ from .contract import KernelContract, decode_kernels, selftest_kernels
 from .decode import BACKEND_CLASSES, DecodeConfig, _unknown_backend
 from .decode_cdna import CdnaDecodeConfig
 from .decode_sm80 import Sm80DecodeConfig
+from .decode_sm90 import Sm90DecodeConfig
 from .errors import ConfigError, describe_validation_error
 from .naming import config_hash, legacy_variant_name, variant_name
 from .policy import C_POLICY, C_TYPES, ERROR_RECORD_INTS
@@ -27,6 +28,7 @@ def _kind(data) -> str | None:
 
 AnyConfig = Annotated[
     Union[Annotated[PipelineSelfTestConfig, Tag("selftest")], Annotated[Sm80DecodeConfig, Tag("sm80")],
+          Annotated[Sm90DecodeConfig, Tag("sm90")],
           Annotated[CdnaDecodeConfig, Tag("cdna")]],
     Discriminator(_kind),
 ]

@@ -29,6 +29,9 @@ from .plan import DecodePlan
 
 
 # ---- plans ------------------------------------------------------------------------------------
+# KVFORGE_BACKEND=sm80 (or sm90) forces the backend of the built-in choice (read once, at import);
+# unset, each arch gets its preferred one (codegen/select.py, PREFERRED_BACKENDS).
+_BACKEND = os.environ.get("KVFORGE_BACKEND") or None
 @lru_cache(maxsize=None)
 def _on_rocm() -> bool:
     from .device import cuda_device_count
@@ -48,7 +51,7 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
         return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
                                   s_q=s_q)
     return select_decode_config(family, device_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
-                                s_q=s_q)
+                                s_q=s_q, backend=_BACKEND)
 
 
 _plans: dict[tuple, DecodePlan] = {}

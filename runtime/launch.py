@@ -136,7 +136,8 @@ def _load_locked(compiled: CompiledKernel, digest: str, symbol: str, dynamic_sme
     return LoadedKernel(symbol, kernel, max(dynamic_smem, 48 * 1024), device_id, function)
 
 
-_C_SLOTS = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}
+_C_SLOTS = {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float,
+            "tmap": ctypes.c_uint8 * 128}  # a CUtensorMap passed by value (sm90)
 
 
 class ArgSlots:

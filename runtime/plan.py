@@ -9,10 +9,16 @@ then the combine kernel when sequences are split: nothing is compiled, looked up
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 
 from kvforge.codegen import policy
 from kvforge.codegen.variant import Variant
+
+# KVFORGE_DEBUG_BARRIERS=1: decode kernels built with bounded mbarrier waits that print the
+# barrier and trap instead of hanging (read once, at import).
+DEBUG_BARRIERS = os.environ.get("KVFORGE_DEBUG_BARRIERS") == "1"
 
 # The main kernel's arguments a call writes, in this order (the rest follow from the contract).
 CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
@@ -31,7 +37,7 @@ class CudaLauncher:
         from .error_record import record_ptr
         from .launch import PackedLaunch, load
 
-        compiled = compile(variant)
+        compiled = compile(variant, debug=DEBUG_BARRIERS)
         main, comb = variant.contracts["main"], variant.contracts["combine"]
         self.main = PackedLaunch(load(compiled, main.symbol, main.dynamic_smem_bytes, device_id), main)
         self.combine = PackedLaunch(load(compiled, comb.symbol, comb.dynamic_smem_bytes, device_id), comb)
@@ -69,6 +75,15 @@ class DecodePlan:
         self._main_slots = [m.slots[m.index[n]] for n in CALL_ARGS]
         self._comb_slots = [c.slots[c.index[n]] for n in COMBINE_ARGS]
         self.head_dim_v = cfg.head_dim_v
+        # sm90: the KV cache's TMA tensor map, the main kernel's last argument (re-encoded only
+        # when the cache pointer or page count changes)
+        self._kv_maps = self._map_slot = None
+        if "kv_map" in m.index:
+            from .tensor_map import PagedKVMaps
+
+            self._kv_maps = PagedKVMaps(cfg.q_dtype, cfg.page_size, cfg.head_dim_qk, cfg.box_rows)
+            self._map_slot = m.slots[m.index["kv_map"]]
+            self._map_key = None
         self._stream_workspaces: dict[tuple, object] = {}
         self._last_sizes = None
 
@@ -136,6 +151,9 @@ class DecodePlan:
             m[0].value, m[1].value, m[2].value, m[3].value, m[4].value = q, k, v, bt, sl
             m[5].value, m[6].value, m[7].value, m[8].value = out, lse, part_o, part_lse
             m[15].value, m[16].value = scale_log2, causal
+            if self._kv_maps is not None and self._map_key != (k, num_pages):
+                ctypes.memmove(self._map_slot, self._kv_maps.get(k, num_pages), 128)
+                self._map_key = (k, num_pages)
             self.launcher.main.launch(main_grid, stream)
             if splits > 1:
                 c[0].value, c[1].value, c[2].value, c[3].value, c[4].value = part_o, part_lse, sl, out, lse

@@ -1,0 +1,155 @@
+"""Sm90DecodeConfig: the Hopper backend (sm_90a) for MLA decode: KV tiles by TMA into the
+mbarrier ring, wgmma with operands in shared memory, one producer warpgroup and two math
+warpgroups; its checks and the shared-memory layout, tiling and register split the template places.
+
+The CTA holds 64 query rows (heads x s_q; wgmma's M). Per KV tile of 64 keys (576 columns, V is
+the first 512 of the same rows) math warpgroup g computes S for keys 32g..32g+31 over the full
+depth, the two exchange row maxima, each writes its half of P to one swizzled P tile, and each
+multiplies the whole P by its 256 columns of V. The producer warpgroup gives its registers to the
+math warpgroups (setmaxnreg).
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from .decode import DecodeConfig
+from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
+from .smem import SmemLayout, SmemLayoutBuilder
+
+WGMMA_M = 64
+MATH_WARPGROUPS = 2
+SWIZZLE_COLS = 64          # 16-bit columns per 128-byte swizzle row (the TMA box's inner extent)
+SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: tiles start on this boundary
+PRODUCER_REGS = 40         # setmaxnreg: the producer warpgroup's registers per thread
+MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232) <= 65536)
+
+
+class Sm90DecodeConfig(DecodeConfig):
+    backend_name: ClassVar[str] = "sm90"
+    backend: Literal["sm90"] = "sm90"
+    num_kv_stages: int = Field(default=2, ge=2, le=4, description="KV tiles in flight in the TMA ring")
+
+    warps_field: ClassVar[str] = "heads_per_cta"
+    stages_field: ClassVar[str] = "num_kv_stages"
+
+    @classmethod
+    def foreign_hint(cls, name: str) -> str:
+        return "has fixed warpgroup roles (one TMA producer, two wgmma math warpgroups): set num_kv_stages"
+
+    def _validate_backend(self, where: str) -> None:
+        if self.backend != "sm90":
+            raise ValueError(f"{where}.backend={self.backend!r}: expected 'sm90'")
+        if self.family != "mla_decode":
+            raise ValueError(f"{where}.family='gqa_decode': the sm90 backend's GQA kernels have not landed; "
+                             "use backend 'sm80' (it runs on sm_90)")
+        if self.kv_dtype == "fp8_e4m3":
+            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': FP8 KV has not landed on the sm90 backend; use bf16 "
+                             "or fp16")
+        if self.block_n != 64:
+            raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
+                             "(two math warpgroups x 32)")
+        if self.heads_per_cta * self.max_s_q > WGMMA_M:
+            raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
+                             f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
+        if self.tile_tx_bytes > MAX_TX_BYTES:
+            raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
+                             f"mbarrier's transaction count ({MAX_TX_BYTES})")
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def num_consumer_warps(self) -> int:
+        return 4 * MATH_WARPGROUPS
+
+    @property
+    def q_rows(self) -> int:
+        return WGMMA_M
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + MATH_WARPGROUPS)
+
+    @property
+    def math_threads(self) -> int:
+        return 128 * MATH_WARPGROUPS
+
+    @property
+    def acc_regs_per_thread(self) -> int:
+        return WGMMA_M * self.head_dim_v // self.math_threads
+
+    @property
+    def keys_per_warpgroup(self) -> int:
+        return self.block_n // MATH_WARPGROUPS
+
+    @property
+    def cols_per_warpgroup(self) -> int:
+        return self.head_dim_v // MATH_WARPGROUPS
+
+    @property
+    def chunks_qk(self) -> int:
+        """64-column swizzle chunks of a K (or Q) row."""
+        return self.head_dim_qk // SWIZZLE_COLS
+
+    @property
+    def chunk_bytes(self) -> int:
+        """One 64-column chunk of a tile of block_n (= 64 query rows) rows."""
+        return self.block_n * 128
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.chunks_qk * self.chunk_bytes
+
+    @property
+    def box_rows(self) -> int:
+        """Rows per TMA box: one page, or a 64-row half of a 128-key page."""
+        return min(self.page_size, self.block_n)
+
+    @property
+    def boxes_per_tile(self) -> int:
+        """Pages a tile spans (page_size < block_n), else 1."""
+        return self.block_n // self.box_rows
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_rows * 128
+
+    @property
+    def tile_tx_bytes(self) -> int:
+        return self.boxes_per_tile * self.chunks_qk * self.box_bytes
+
+    @property
+    def full_arrivals(self) -> int:
+        return 1  # the producer thread's arrive.expect_tx; the TMA bytes complete the phase
+
+    @property
+    def empty_arrivals(self) -> int:
+        return self.math_threads  # every math thread releases (release_all)
+
+    @property
+    def producer_regs(self) -> int:
+        return PRODUCER_REGS
+
+    @property
+    def math_regs(self) -> int:
+        return MATH_REGS
+
+    @cached_property
+    def layout(self) -> SmemLayout:
+        b = SmemLayoutBuilder()
+        b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
+        b.add("kv_stages", self.num_kv_stages * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
+        b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
+        b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
+        b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
+        b.add("barriers", 2 * self.num_kv_stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that
+        b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
+        return b.build()
+
+    def backend_name_fields(self) -> list[str]:
+        return [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}"]
+
+    def legacy_backend_name_fields(self) -> list[str]:
+        return self.backend_name_fields()
