@@ -2,12 +2,11 @@
 mbarrier ring, wgmma with operands in shared memory, one producer warpgroup and two math
 warpgroups; its checks and the shared-memory layout, tiling and register split the template places.
 
-The CTA holds 64 query rows (heads x s_q; wgmma's M). KV tiles of 64 keys (576 columns, V is the
-first 512 of the same rows) go to the two math warpgroups in pairs: each computes S and P of its
-own tile over the full depth (the running max passing from the first tile to the second) and
-multiplies both tiles' P by its 256 columns of V, its own P from registers and the other's from
-SMEM, where P lives in the tile's rope chunk (columns 512..575, needed only by QK). The
-producer warpgroup gives its registers to the math warpgroups (setmaxnreg).
+The CTA holds 64 query rows (heads x s_q; wgmma's M). Per KV tile of 64 keys (576 columns, V is
+the first 512 of the same rows) math warpgroup g computes S for keys 32g..32g+31 over the full
+depth, the two exchange row maxima, each writes its half of P to one swizzled P tile, and each
+multiplies the whole P by its 256 columns of V. The producer warpgroup gives its registers to the
+math warpgroups (setmaxnreg).
 """
 from __future__ import annotations
 
@@ -51,7 +50,7 @@ class Sm90DecodeConfig(DecodeConfig):
                              "or fp16")
         if self.block_n != 64:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
-                             "(wgmma N = 64 for QK; P fills the tile's 64-column rope chunk)")
+                             "(two math warpgroups x 32)")
         if self.heads_per_cta * self.max_s_q > WGMMA_M:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
@@ -79,6 +78,10 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def acc_regs_per_thread(self) -> int:
         return WGMMA_M * self.head_dim_v // self.math_threads
+
+    @property
+    def keys_per_warpgroup(self) -> int:
+        return self.block_n // MATH_WARPGROUPS
 
     @property
     def cols_per_warpgroup(self) -> int:
@@ -137,7 +140,8 @@ class Sm90DecodeConfig(DecodeConfig):
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.num_kv_stages * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
-        b.add("m_xchg", MATH_WARPGROUPS * WGMMA_M * 4, align=16)  # the running max passed between them
+        b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
+        b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("barriers", 2 * self.num_kv_stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that

@@ -95,8 +95,16 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
                       f"page_size={page_size} on {arch}: {last_err}")
 
 
-# The backends whose kernels a device of this arch runs best, in order of preference per family.
-PREFERRED_BACKENDS = {("mla_decode", "sm_90"): ("sm90", "sm80")}
+# sm90 MLA on sm_90 from this many query rows per CTA (heads x s_q) up; below, the sm80 kernel's
+# 16-row mma tiles beat wgmma's 64-row tiles, 3/4 of whose math is padding (bench/RESULTS.md).
+SM90_MLA_MIN_ROWS = 17
+
+
+def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
+    """The backend whose kernel runs these shapes best on a device of `arch` (measured)."""
+    if family == "mla_decode" and arch == "sm_90" and heads * s_q >= SM90_MLA_MIN_ROWS:
+        return "sm90"
+    return "sm80"
 
 
 def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConfig:
@@ -111,12 +119,12 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConf
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
-    GQA. `backend` forces one backend ('sm80' or 'sm90'); by default the arch's preferred one
-    (`PREFERRED_BACKENDS`: sm90 for MLA on sm_90, sm80 otherwise).
+    GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
+    (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise).
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
-    choice = backend or PREFERRED_BACKENDS.get((family, arch), ("sm80",))[0]
+    choice = backend or preferred_backend(family, arch, heads, s_q)
     if choice == "sm90":
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "

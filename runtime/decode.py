@@ -30,7 +30,7 @@ from .plan import DecodePlan
 
 # ---- plans ------------------------------------------------------------------------------------
 # KVFORGE_BACKEND=sm80 (or sm90) forces the backend of the built-in choice (read once, at import);
-# unset, each arch gets its preferred one (codegen/select.py, PREFERRED_BACKENDS).
+# unset, the measured preference per shape (codegen/select.py, preferred_backend).
 _BACKEND = os.environ.get("KVFORGE_BACKEND") or None
 @lru_cache(maxsize=None)
 def _on_rocm() -> bool:
