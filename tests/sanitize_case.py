@@ -1,6 +1,7 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|gqa_decode|poisoned_<family>|selftest_<arrive|expect_tx>_<thread|warp>
+    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|poisoned_<family>|poisoned_mla_decode_sm90|
+                            selftest_<arrive|expect_tx>_<thread|warp>
 
 Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
 several times, in a batch whose long sequences are split on the device, next to lengths 1 and
@@ -43,12 +44,28 @@ def decode_case(family):
         kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True)
 
 
-def poisoned_case(family):
+def sm90_case():
+    """The sm90 MLA kernel (chosen above 16 query rows on sm_90): 64 heads (one 64-row CTA per
+    sequence) with a split sequence, 128 heads (two head blocks), s_q=2 causal on page 32."""
+    from kvforge.runtime.decode import select_config
+
+    assert select_config("mla_decode", "bf16", 64, 64, 576, 1, 0).backend == "sm90", "sm90 is not the choice here"
+    lens = [1500, 40, 1]
+    case = make_case("mla_decode", batch=3, s_q=1, hq=64, hkv=1, d=576, page_size=64, lens=lens, seed=4)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens)
+    case = make_case("mla_decode", batch=2, s_q=1, hq=128, hkv=1, d=576, page_size=16, lens=[900, 3], seed=5)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens)
+    case = make_case("mla_decode", batch=2, s_q=2, hq=32, hkv=1, d=576, page_size=32, lens=[700, 5], seed=6)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True)
+    torch.cuda.synchronize()
+
+
+def poisoned_case(family, heads=16):
     """Used block-table entries and lengths that point outside the cache: the kernels must not
     read there (memcheck), the error record must say so."""
     lens = [1500, 40, 300]
     if family == "mla_decode":
-        case = make_case(family, batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=3)
+        case = make_case(family, batch=3, s_q=1, hq=heads, hkv=1, d=576, page_size=64, lens=lens, seed=3)
     else:
         case = make_case(family, batch=3, s_q=1, hq=8, hkv=2, d=128, page_size=16, lens=lens, seed=3)
     case.block_table[0, 5] = 1 << 29      # a used page far outside the pool
@@ -88,6 +105,10 @@ def selftest_case(fill, arrive):
 what = sys.argv[1]
 if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
+elif what == "mla_decode_sm90":
+    sm90_case()
+elif what == "poisoned_mla_decode_sm90":
+    poisoned_case("mla_decode", heads=64)
 elif what.startswith("poisoned_"):
     poisoned_case(what.removeprefix("poisoned_"))
 else:

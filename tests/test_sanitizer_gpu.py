@@ -41,8 +41,8 @@ def _sanitize(tool: str, what: str) -> str:
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-@pytest.mark.parametrize("what", ["mla_decode", "gqa_decode", "poisoned_mla_decode", "poisoned_gqa_decode",
-                                  "selftest_expect_tx_thread"])
+@pytest.mark.parametrize("what", ["mla_decode", "mla_decode_sm90", "gqa_decode", "poisoned_mla_decode",
+                                  "poisoned_mla_decode_sm90", "poisoned_gqa_decode", "selftest_expect_tx_thread"])
 def test_compute_sanitizer_is_clean(tool, what):
     out = _sanitize(tool, what)
     if tool == "racecheck":
