@@ -64,13 +64,34 @@ def render_variant(variant: Variant) -> str:
 WORKSPACE_HEADER_BYTES = 256  # the C launchers' workspace: the error record, then the fp32 partials
 
 
+# cuTensorMapEncodeTiled's data type per 16-bit KV dtype (the C launchers' tensor maps)
+TMA_DATA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+
+
+def kv_map_encoding(cfg) -> dict:
+    """What a C launcher passes to cuTensorMapEncodeTiled for a main kernel's `kv_map` (the same
+    map as runtime/tensor_map.py's `encode_paged_kv`): the contiguous cache [num_pages][page_size]
+    [head_dim_qk] of 16-bit elements as dims {row, page_size, num_pages}, byte strides {row, page},
+    boxes of {64, box_rows, 1}. num_pages is the launcher's run-time argument."""
+    from .decode_sm90 import SWIZZLE_COLS
+    from .policy import DTYPE_BYTES
+
+    row_bytes = cfg.head_dim_qk * DTYPE_BYTES[cfg.kv_dtype]
+    return {"data_type": TMA_DATA_TYPES[cfg.kv_dtype], "row_elems": cfg.head_dim_qk, "page_size": cfg.page_size,
+            "row_bytes": row_bytes, "page_bytes": row_bytes * cfg.page_size, "box_cols": SWIZZLE_COLS,
+            "box_rows": cfg.box_rows}
+
+
 def render_launch_header(family: str, variants: list[Variant]) -> str:
-    """The C host launcher header of one decode family over the given variants."""
+    """The C host launcher header of one decode family over the given variants. A variant whose
+    main kernel takes `kv_map` (sm90) gets its tensor map encoded by its launcher."""
     from . import policy
 
     tpl = environment().get_template("cuda/decode_launch.h.j2")
     digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
-    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants,
+    kv_maps = {v.name: kv_map_encoding(v.config) for v in variants
+               if any(a.name == "kv_map" for a in v.contracts["main"].args)}
+    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, kv_maps=kv_maps,
                       workspace_header_bytes=WORKSPACE_HEADER_BYTES, log2e=repr(policy.LOG2E),
                       error_ints=policy.ERROR_RECORD_INTS, err_seqlen=policy.ERR_SEQLEN, err_page=policy.ERR_PAGE)
     return _normalise(text)

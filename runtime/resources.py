@@ -67,11 +67,21 @@ def cubin_resources(cubin: bytes, kernel: str) -> tuple[int, int]:
     return registers, static_smem
 
 
-_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+# ptxas -v: "Function properties for <kernel>" then its stack and spill line, per kernel of the module
+_SPILLS = re.compile(r"Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                     r"(\d+) bytes spill loads")
+
+
+def ptxas_spills(ptxas_log: str, kernel: str) -> tuple[int, int, int]:
+    """(stack frame, spill store, spill load bytes) of `kernel` from its own ptxas line, not another
+    kernel's of the same module (a decode module holds the main and the combine kernel); zeros
+    when the log has none for it."""
+    found = {m.group(1): m.groups()[1:] for m in _SPILLS.finditer(ptxas_log)}
+    stack, stores, loads = (int(g) for g in found.get(kernel, (0, 0, 0)))
+    return stack, stores, loads
 
 
 def kernel_resources(cubin: bytes, kernel: str, ptxas_log: str) -> KernelResources:
     registers, static_smem = cubin_resources(cubin, kernel)
-    m = _SPILLS.search(ptxas_log)
-    stack, stores, loads = (int(g) for g in m.groups()) if m else (0, 0, 0)
+    stack, stores, loads = ptxas_spills(ptxas_log, kernel)
     return KernelResources(registers, static_smem, stores, loads, stack)

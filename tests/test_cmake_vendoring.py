@@ -1,7 +1,8 @@
 """Vendoring with CMake: generated/CMakeLists.txt gives kvforge::kernels (CUDA) per the manifest's
 arches; `cmake -S generated` builds a host program that links the launchers, and a C++ project
-links kvforge::kernels through add_subdirectory. Builds pick two variants (KVFORGE_VARIANTS) to
-keep CI short; `python -m kvforge.codegen.vendor_check` compiles every source with nvcc."""
+links kvforge::kernels through add_subdirectory. Builds pick three variants (KVFORGE_VARIANTS: an
+sm80 MLA and GQA one for sm_90, an sm90 MLA one for sm_90a) to keep CI short;
+`python -m kvforge.codegen.vendor_check` compiles every source with nvcc."""
 from __future__ import annotations
 
 import json
@@ -31,12 +32,10 @@ def _needs_nvcc() -> None:
 
 
 def _pick() -> dict:
-    """An sm_90 bf16 variant of each decode family (what tests/test_host_launcher.py links)."""
-    pick = {}
-    for e in MANIFEST["variants"]:
-        if e["arch"] == "sm_90" and e["family"] in ("mla_decode", "gqa_decode") and e["config"]["q_dtype"] == "bf16":
-            pick.setdefault(e["family"], e)
-    return pick
+    """What tests/test_host_launcher.py links: bf16 sm80 MLA and GQA variants for sm_90, an sm90 one."""
+    from test_host_launcher import pick
+
+    return pick(MANIFEST)
 
 
 def _build(cmake: str, src: Path, build: Path, *defs: str) -> subprocess.CompletedProcess:
@@ -66,26 +65,21 @@ def test_cmake_on_the_generated_tree_alone_builds_a_host_program_that_links_the_
     r = _build(cmake, GEN, tmp_path / "build", f"-DKVFORGE_VARIANTS={names}", "-DKVFORGE_HIP=OFF")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run = subprocess.run([str(tmp_path / "build" / "kvforge_link_check")], capture_output=True, text=True)
-    assert run.returncode == 0 and "2 decode launchers linked" in run.stdout
+    assert run.returncode == 0 and f"{len(_pick())} decode launchers linked" in run.stdout, run.stdout
 
 
 def test_a_cpp_project_links_kvforge_kernels_through_add_subdirectory(tmp_path):
-    from test_host_launcher import MAIN
+    from test_host_launcher import host_source
 
     cmake = _cmake()
     _needs_nvcc()
-    mla, gqa = _pick()["mla_decode"], _pick()["gqa_decode"]
-    src = (MAIN.replace("MLA_ws", f"{mla['name']}_workspace_bytes").replace("MLA_run", f"{mla['name']}_run")
-           .replace("GQA_run", f"{gqa['name']}_run"))
-    src = src.replace("(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr",
-                      "((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfloat16*)0, "
-                      "(const int*)0, (const int*)0, (__nv_bfloat16*)0, (float*)0")
+    picked = _pick()
     app = tmp_path / "app"
     app.mkdir()
-    (app / "main.cu").write_text(src)
+    (app / "main.cu").write_text(host_source(picked))
     (app / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.24)
 project(host_app LANGUAGES CXX CUDA)
-set(KVFORGE_VARIANTS "{mla['name']};{gqa['name']}")
+set(KVFORGE_VARIANTS "{';'.join(e['name'] for e in picked.values())}")
 set(KVFORGE_HIP OFF)
 add_subdirectory("{GEN.as_posix()}" kvforge)
 add_executable(host_app main.cu)

@@ -53,7 +53,9 @@ def test_default_matrix_resources_are_read_from_the_cubin(tmp_path):
 
 
 def test_a_cold_compile_takes_under_3_seconds(tmp_path):
-    v = max((v for v in load_matrix() if v.language == "cuda"), key=lambda v: v.config.pipeline.num_stages)
+    # the deepest mbarrier ring of the variants that have one (sm90 configs have no `pipeline` model)
+    v = max((v for v in load_matrix() if v.language == "cuda" and getattr(v.config, "pipeline", None)),
+            key=lambda v: v.config.pipeline.num_stages)
     t0 = time.perf_counter()
     k = compile(v, cache=KernelCache(tmp_path))
     elapsed = time.perf_counter() - t0

@@ -18,6 +18,8 @@ GQA = dict(family="gqa_decode", backend="sm80", arch="sm_90", head_dim_qk=128, h
 KBUF = dict(role="K", BN=32, WN=32, BK=16, depth=128, num_threads=256)
 VBUF = dict(KBUF, role="V")
 CDNA = dict(GQA, backend="cdna", arch="gfx942", pipeline=None, kv_buffers=(KBUF, VBUF), block_n=32)
+SM90 = dict(family="mla_decode", backend="sm90", arch="sm_90a", head_dim_qk=576, head_dim_v=512, heads_per_cta=64,
+            page_size=64, block_n=64)
 SELF = dict(arch="sm_90", fill="arrive", slot_bytes=8192, pipeline={"num_kv_stages": 3})
 
 INVALID = [
@@ -47,7 +49,17 @@ INVALID = [
     (DecodeConfig, dict(MLA, page_size=48), ["page_size=48", "16, 32, 64 or 128"]),
     (DecodeConfig, dict(MLA, block_n=24), ["block_n=24"]),
     (DecodeConfig, dict(MLA, arch="sm_90a"), ["arch='sm_90a'", "backend 'sm80' targets"]),
-    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90"), ["backend='sm90'", "not landed", "'sm80'"]),
+    (DecodeConfig, dict(MLA, backend="sm100", arch="sm_100a"), ["backend='sm100'", "not landed", "'sm80'"]),
+    (DecodeConfig, dict(SM90, arch="sm_90"), ["arch='sm_90'", "backend 'sm90' targets sm_90a"]),
+    (DecodeConfig, dict(SM90, block_n=32), ["block_n=32", "tiles of 64 keys"]),
+    (DecodeConfig, dict(SM90, block_n=128), ["block_n=128", "tiles of 64 keys"]),
+    (DecodeConfig, dict(SM90, max_s_q=2), ["heads_per_cta=64", "128 query rows", "holds 64"]),
+    (DecodeConfig, dict(SM90, heads_per_cta=16, max_s_q=8), ["heads_per_cta=16", "128 query rows", "holds 64"]),
+    (DecodeConfig, dict(SM90, family="gqa_decode", head_dim_qk=128, head_dim_v=128, heads_per_cta=8),
+     ["family='gqa_decode'", "sm90", "'sm80'"]),
+    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor"), ["kv_dtype='fp8_e4m3'", "sm90"]),
+    (DecodeConfig, dict(SM90, pipeline=PIPE), ["DecodeConfig.pipeline", "only the sm80 backend", "num_kv_stages"]),
+    (DecodeConfig, dict(SM90, num_kv_stages=1), ["num_kv_stages=1", "greater than or equal to 2"]),
     (DecodeConfig, dict(MLA, backend="tpu", arch="sm_90"), ["backend='tpu'", "cdna, sm80"]),
     (DecodeConfig, dict(MLA, kv_buffers=None, pipeline={"num_kv_stages": 2, "num_consumer": 4}, foo=1), ["foo"]),
     (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3"), ["scale_mode='none'", "per_tensor"]),
@@ -61,8 +73,8 @@ INVALID = [
     (DecodeConfig, dict(MLA, heads_per_cta=64, block_n=32, pipeline={"num_kv_stages": 2, "num_consumer": 4}),
      ["heads_per_cta=64", "256 fp32 registers"]),
     (DecodeConfig, dict(MLA, pipeline=None), ["pipeline", "required for backend 'sm80'"]),
-    (DecodeConfig, dict(MLA, backend="sm90", arch="sm_90a", kv_dtype="fp8_e4m3", block_n=32,
-                        scale_mode="per_token_block", scale_block_size=128), ["backend='sm90'", "not landed"]),
+    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_token_block", scale_block_size=128),
+     ["kv_dtype='fp8_e4m3'", "not landed on the sm90 backend"]),
     (DecodeConfig, dict(GQA, head_dim_qk=64, head_dim_v=64, pipeline={"num_kv_stages": 2, "num_qk_stages": 3}),
      ["num_qk_stages=3", "head_dim_qk=64", "multiples of 16"]),
     (DecodeConfig, dict(MLA, block_n=128, pipeline={"num_kv_stages": 2, "num_consumer": 4}),
@@ -107,7 +119,8 @@ def test_there_are_at_least_25_distinct_rejections():
 
 
 @pytest.mark.parametrize("data", [MLA, GQA, CDNA, dict(MLA, heads_per_cta=64, block_n=32,
-                                                            pipeline={"num_kv_stages": 3, "num_consumer": 8})])
+                                                            pipeline={"num_kv_stages": 3, "num_consumer": 8}),
+                                  SM90, dict(SM90, heads_per_cta=32, max_s_q=2, q_dtype="fp16", kv_dtype="fp16")])
 def test_valid_decode_configs_are_accepted_and_fit_their_arch(data):
     from kvforge.codegen.arch import arch_spec
 

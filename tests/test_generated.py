@@ -20,7 +20,7 @@ def test_check_reports_a_diff_for_an_edited_a_missing_and_an_extra_file(tmp_path
     out = tmp_path / "gen"
     assert main(["generate", "--out", str(out)]) == 0
     assert main(["generate", "--check", "--out", str(out)]) == 0
-    victim = next((out / "sm90").glob("*.cu"))
+    victim = next((out / "sm90").glob("kvforge_pipeline_selftest_*.cu"))
     victim.write_text(victim.read_text().replace("kSlotBytes", "kSlotBytez", 1))
     (out / "include" / "kvforge" / "pipeline.cuh").unlink()
     (out / "stray.cu").write_text("// left over\n")

@@ -1,5 +1,6 @@
 """The C host launcher headers in generated/ compile and link into a host program with plain nvcc
-(it is not run here: CI has no GPU)."""
+(it is not run here: CI has no GPU): an sm80 MLA and GQA variant for sm_90, and an sm90 MLA variant
+(whose launcher encodes the KV cache's TMA tensor map) for sm_90a, each source built for its arch."""
 from __future__ import annotations
 
 import json
@@ -24,38 +25,65 @@ int main() {
     return 0;
   }
   void* ws = nullptr;
-  const size_t bytes = MLA_ws(1, 1, 128, 1, num_sms);
+  const size_t mla_bytes = MLA_ws(1, 1, 128, 1, num_sms), sm90_bytes = SM90_ws(1, 1, 128, 1, num_sms);
+  const size_t bytes = mla_bytes > sm90_bytes ? mla_bytes : sm90_bytes;
   cudaMalloc(&ws, bytes);
   cudaMemset(ws, 0, bytes);  // the error record starts clear
   cudaError_t e1 = MLA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 128, 1, 16, 4,
                            num_sms, 0.04f, 0, 0);
   cudaError_t e2 = GQA_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 32, 8, 16, 4,
                            num_sms, 0.08f, 0, 0);
-  std::printf("%d %d\\n", (int)e1, (int)e2);
+  cudaError_t e3 = SM90_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 128, 1, 16, 4,
+                            num_sms, 0.04f, 0, 0);
+  std::printf("%d %d %d\\n", (int)e1, (int)e2, (int)e3);
   return 0;
 }
 """
+NULL_ARGS = ("((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const int*)0, "
+             "(const int*)0, (__nv_bfloat16*)0, (float*)0")
+
+
+def pick(manifest: dict) -> dict:
+    """A bf16 variant of each: 'mla_decode' and 'gqa_decode' (sm80 backend, sm_90), 'sm90' (MLA, sm_90a)."""
+    out = {}
+    for e in manifest["variants"]:
+        if e["family"] not in ("mla_decode", "gqa_decode") or e["config"]["q_dtype"] != "bf16":
+            continue
+        if e["arch"] == "sm_90":
+            out.setdefault(e["family"], e)
+        elif e["backend"] == "sm90":
+            out.setdefault("sm90", e)
+    missing = sorted({"mla_decode", "gqa_decode", "sm90"} - set(out))
+    assert not missing, f"no bf16 {', '.join(missing)} variant in the manifest; stale? run `kvforge generate`"
+    return out
+
+
+def host_source(picked: dict) -> str:
+    """MAIN calling the launchers of `pick`'s variants."""
+    mla, gqa, sm90 = picked["mla_decode"], picked["gqa_decode"], picked["sm90"]
+    src = (MAIN.replace("MLA_ws", f"{mla['name']}_workspace_bytes").replace("MLA_run", f"{mla['name']}_run")
+           .replace("GQA_run", f"{gqa['name']}_run").replace("SM90_ws", f"{sm90['name']}_workspace_bytes")
+           .replace("SM90_run", f"{sm90['name']}_run"))
+    return src.replace("(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr", NULL_ARGS)
 
 
 def test_launch_headers_compile_and_link_with_nvcc(tmp_path):
+    from kvforge.codegen.vendor_check import nvcc_arch_flags
+
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH here; the host-launcher check needs the CUDA toolkit")
-    manifest = json.loads((GEN / "manifest.json").read_text())
-    pick = {}
-    for e in manifest["variants"]:
-        if e["arch"] == "sm_90" and e["family"] in ("mla_decode", "gqa_decode") and e["config"]["q_dtype"] == "bf16":
-            pick.setdefault(e["family"], e)
-    mla, gqa = pick["mla_decode"], pick["gqa_decode"]
-    src = (MAIN.replace("MLA_ws", f"{mla['name']}_workspace_bytes").replace("MLA_run", f"{mla['name']}_run")
-           .replace("GQA_run", f"{gqa['name']}_run"))
+    picked = pick(json.loads((GEN / "manifest.json").read_text()))
     main = tmp_path / "main.cu"
-    main.write_text(src.replace("(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr",
-                                "((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfloat16*)0, "
-                                "(const int*)0, (const int*)0, (__nv_bfloat16*)0, (float*)0"))
-    sources = [str(GEN / next(iter(e["files"]))) for e in (mla, gqa)]
-    cmd = [nvcc, "-std=c++17", "-gencode=arch=compute_90,code=sm_90", "-I", str(GEN / "include"), str(main),
-           *sources, "-o", str(tmp_path / "host_demo")]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    main.write_text(host_source(picked))
+    objects = []
+    for key, e in picked.items():  # each source for its own arch (sm_90a needs the -gencode form)
+        obj = tmp_path / f"{key}.o"
+        r = subprocess.run([nvcc, "-c", "-std=c++17", *nvcc_arch_flags(e["arch"]), "-I", str(GEN / "include"),
+                            str(GEN / next(iter(e["files"]))), "-o", str(obj)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{e['name']} ({e['arch']}):\n{r.stdout}{r.stderr}"
+        objects.append(str(obj))
+    r = subprocess.run([nvcc, "-std=c++17", *nvcc_arch_flags("sm_90"), "-I", str(GEN / "include"), str(main),
+                        *objects, "-o", str(tmp_path / "host_demo")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "host_demo").stat().st_size > 0

@@ -1,5 +1,6 @@
 """One source of truth: the C policy formulas equal the Python ones; every rendered kernel's
-signature, block and shared memory equal its contract; no shared-memory regions overlap."""
+signature, block and shared memory equal its contract, and so do the C launchers' declarations
+(sm90's TMA map included); no shared-memory regions overlap."""
 from __future__ import annotations
 
 import re
@@ -11,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvforge.codegen import policy
-from kvforge.codegen.contract import GridDim
+from kvforge.codegen.contract import TENSOR_MAP_CTYPE, GridDim
 from kvforge.codegen.matrix import load_matrix
-from kvforge.codegen.render import render_variant
+from kvforge.codegen.render import render_launch_header, render_variant
 
 VARIANTS = load_matrix()
 
@@ -84,10 +85,12 @@ def test_rendered_kernels_match_their_contracts(variant):
         m = found[k.symbol]
         params = [p.strip() for p in m.group(4).split(",")]
         parsed = []
-        for p in params:
-            ctype, name = p.rsplit(" ", 1)
+        for p in params:  # "<qualifiers and type> [__restrict__] <name>", e.g. sm90's
+            ctype, name = p.rsplit(" ", 1)  # "const __grid_constant__ kvforge::sm90::TensorMap kv_map"
             parsed.append((name, ctype.replace(" __restrict__", "").strip()))
         assert parsed == [(a.name, a.ctype) for a in k.args]
+        if variant.backend == "sm90" and k.role == "main":  # the TMA map by value, last
+            assert parsed[-1] == ("kv_map", TENSOR_MAP_CTYPE) and k.args[-1].scalar_kind == "tmap"
         bound = (m.group(1) or m.group(2)).split(",")[0].strip()
         threads = int(bound) if bound.isdigit() else consts.get(bound)
         if threads is None and bound in ("kThreads",):
@@ -101,6 +104,38 @@ def test_rendered_kernels_match_their_contracts(variant):
             assert consts["kSmemBytes"] == main.dynamic_smem_bytes == variant.config.layout.total_bytes
         comb = variant.contracts["combine"]
         assert consts["kCombineThreads"] == comb.threads  # the combine strides its columns by its block
+
+
+_DECL = re.compile(r'^extern "C" __global__ void (\w+)\(([^)]*)\);$', re.M)
+
+
+@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
+def test_launch_header_declarations_and_launches_match_the_contracts(family):
+    """Each launcher declares its kernels with the contracts' C types and launches them with the
+    contracts' arguments; an sm90 launcher encodes `kv_map` with its config's page size and box rows."""
+    variants = [v for v in VARIANTS if v.family == family and v.language == "cuda"]
+    text = render_launch_header(family, variants)
+    declared = {m.group(1): [t.strip() for t in m.group(2).split(",")] for m in _DECL.finditer(text)}
+    assert declared == {k.symbol: [a.ctype for a in k.args] for v in variants for k in v.kernels}
+    sm90 = [v for v in variants if v.backend == "sm90"]
+    assert ('#include "kvforge/sm90_tile.cuh"' in text) == bool(sm90)
+    assert ("cudaGetDriverEntryPointByVersion" in text) == bool(sm90)
+    for v in variants:
+        run = text[text.index(f"{v.name}_run("):]
+        run = run[:run.index("\n}\n")]
+        main = v.contracts["main"]
+        assert f"{main.symbol}<<<" in run and ", ".join(a.name for a in main.args) + ");" in run
+        if v.backend == "sm90":
+            cfg = v.config
+            assert main.args[-1].name == "kv_map" and "const kvforge::sm90::TensorMap& kv_map" in run
+            encode = run[run.index("kvforge_tma::paged_kv_map("):]
+            encode = " ".join(encode[:encode.index(");")].split())
+            dtype = {"bf16": "BFLOAT16", "fp16": "FLOAT16"}[cfg.kv_dtype]
+            assert encode == (f"kvforge_tma::paged_kv_map(&kv_map_cache, k_cache, num_pages, "
+                              f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {cfg.head_dim_qk}, {cfg.page_size}, "
+                              f"{cfg.head_dim_qk * 2}, {cfg.head_dim_qk * 2 * cfg.page_size}, 64, {cfg.box_rows}")
+        else:
+            assert "kv_map" not in run
 
 
 def test_grid_dims_print_and_evaluate_alike():

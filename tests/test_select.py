@@ -43,3 +43,52 @@ def test_cdna_choice_is_pregenerated(arch):
                                       s_q=1)).name in DEFAULT_NAMES
     assert Variant(select_cdna_config("gqa_decode", arch, "bf16", 16, heads=4, head_dim=128,
                                       s_q=1)).name in DEFAULT_NAMES
+
+
+# ---- the backend: sm90 (wgmma + TMA) for MLA on sm_90 from SM90_MLA_MIN_ROWS query rows, else sm80 ----
+@pytest.mark.parametrize("heads,s_q", [(128, 1), (64, 1), (32, 1), (128, 2), (16, 2), (16, 4)])
+@pytest.mark.parametrize("page", [16, 64, 128])
+def test_mla_on_sm_90_chooses_sm90_with_enough_query_rows(heads, s_q, page):
+    from kvforge.codegen.select import SM90_MLA_MIN_ROWS
+
+    assert heads * s_q >= SM90_MLA_MIN_ROWS
+    cfg = select_decode_config("mla_decode", "sm_90", "bf16", page, heads=heads, head_dim=576, s_q=s_q)
+    assert (cfg.backend, cfg.arch, cfg.page_size, cfg.block_n) == ("sm90", "sm_90a", page, 64)
+    assert cfg.heads_per_cta * cfg.max_s_q <= cfg.q_rows == 64 and cfg.max_s_q >= s_q
+
+
+def test_few_mla_query_rows_gqa_and_other_arches_choose_sm80():
+    from kvforge.codegen.select import SM90_MLA_MIN_ROWS
+
+    few = SM90_MLA_MIN_ROWS - 1
+    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=few, head_dim=576, s_q=1).backend == "sm80"
+    for d in (64, 128, 256):
+        cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=8, head_dim=d, s_q=1)
+        assert (cfg.backend, cfg.arch) == ("sm80", "sm_90")
+    for arch in ("sm_80", "sm_100a"):
+        cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=128, head_dim=576, s_q=1)
+        assert (cfg.backend, cfg.arch) == ("sm80", arch)
+
+
+def test_backend_sm80_forces_sm80_for_mla_on_sm_90():
+    cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1, backend="sm80")
+    assert (cfg.backend, cfg.arch) == ("sm80", "sm_90")
+    assert Variant(cfg).name in DEFAULT_NAMES  # the sm80 kernel of this shape still ships pre-generated
+
+
+def test_backend_sm90_where_it_has_no_kernels_and_unknown_backends_are_rejected():
+    from kvforge.codegen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"backend='sm90'.*gqa_decode on sm_90"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=8, head_dim=128, s_q=1, backend="sm90")
+    with pytest.raises(ConfigError, match=r"backend='sm90'.*mla_decode on sm_80"):
+        select_decode_config("mla_decode", "sm_80", "bf16", 64, heads=128, head_dim=576, s_q=1, backend="sm90")
+    with pytest.raises(ConfigError, match=r"backend='sm100'.*'sm80' or 'sm90'"):
+        select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1, backend="sm100")
+
+
+@pytest.mark.parametrize("dtype,page,s_q", [("bf16", 16, 1), ("bf16", 32, 1), ("bf16", 64, 1), ("bf16", 128, 1),
+                                             ("fp16", 64, 1), ("bf16", 64, 2), ("bf16", 64, 4)])
+def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
+    cfg = select_decode_config("mla_decode", "sm_90", dtype, page, heads=128, head_dim=576, s_q=s_q)
+    assert cfg.backend == "sm90" and Variant(cfg).name in DEFAULT_NAMES

@@ -1,0 +1,119 @@
+"""The sm90 kernels compile to what the design says, read from their SASS (NVRTC's cubin,
+disassembled with `cuobjdump -sass`; no GPU needed): wgmma (HGMMA), TMA loads (UTMALDG), the
+warpgroup register split (USETMAXREG), and no local memory (LDL/STL: spills or stack arrays).
+
+cuobjdump and the nvdisasm it runs come from the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm
+wheels (the `dev` extra); the test skips, saying so, where they are missing. One sm90 variant of
+the default matrix per distinct kernel shape (a tile of one or several pages' TMA boxes, one or
+several queries per head) keeps it to three compiles.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kvforge.codegen.matrix import load_matrix
+from toolchains import needs_nvrtc
+
+
+
+def _cuobjdump() -> Path | None:
+    """cuobjdump from the nvidia wheels (nvidia/cu13/bin, next to nvdisasm), else from PATH."""
+    try:
+        import nvidia
+    except ImportError:
+        roots = []
+    else:
+        roots = [Path(p) for p in nvidia.__path__]
+    for root in roots:
+        for found in sorted(root.glob("*/bin/cuobjdump")):
+            if (found.parent / "nvdisasm").exists():
+                return found
+    on_path = shutil.which("cuobjdump")
+    return Path(on_path) if on_path and shutil.which("nvdisasm") else None
+
+
+CUOBJDUMP = _cuobjdump()
+needs_cuobjdump = pytest.mark.skipif(
+    CUOBJDUMP is None, reason="cuobjdump and nvdisasm are not installed: pip install nvidia-cuda-cuobjdump "
+                              "nvidia-cuda-nvdisasm (the 'dev' extra: pip install -e '.[cuda,dev]')")
+
+
+def _sm90_representatives():
+    """The first sm90 MLA variant (by name) of each kernel shape: (several TMA boxes per tile, s_q > 1)."""
+    picked = {}
+    for v in sorted(load_matrix(), key=lambda v: v.name):
+        if v.family == "mla_decode" and v.backend == "sm90":
+            picked.setdefault((v.config.boxes_per_tile > 1, v.config.max_s_q > 1), v)
+    return list(picked.values())
+
+
+SM90 = _sm90_representatives()
+
+
+def sass_functions(cubin: bytes, tmp_path: Path) -> dict[str, str]:
+    """Kernel name -> its SASS text."""
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    env = dict(os.environ, PATH=f"{CUOBJDUMP.parent}{os.pathsep}{os.environ.get('PATH', '')}")  # nvdisasm
+    r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, f"cuobjdump -sass failed:\n{r.stdout}{r.stderr}"
+    parts = re.split(r"^\s*Function : (\S+)\s*$", r.stdout, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_ptxas_spills_are_read_for_the_named_kernel_only():
+    from kvforge.runtime.resources import ptxas_spills
+
+    log = "".join(f"ptxas info    : Function properties for {name}\nptxas         .     {stack} bytes stack frame, "
+                  f"{st} bytes spill stores, {ld} bytes spill loads\nptxas info    : Used 40 registers\n"
+                  for name, stack, st, ld in (("k_combine", 0, 0, 0), ("k", 16, 128, 96)))
+    assert ptxas_spills(log, "k") == (16, 128, 96) and ptxas_spills(log, "k_combine") == (0, 0, 0)
+    assert ptxas_spills(log, "other") == (0, 0, 0)
+
+
+def test_the_representatives_cover_the_sm90_kernel_shapes():
+    assert 2 <= len(SM90) <= 3, [v.name for v in SM90]
+    assert {v.config.boxes_per_tile > 1 for v in SM90} == {True, False}
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", SM90, ids=lambda v: v.name)
+def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(variant, tmp_path):
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    res = k.resources
+    report = (f"{variant.name}: {res.registers} registers per thread at launch (setmaxnreg then moves them "
+              f"between warpgroups), spill stores/loads {res.spill_store_bytes}/{res.spill_load_bytes} B, "
+              f"stack {res.stack_frame_bytes} B")
+    print(report)
+    sass = sass_functions(k.cubin, tmp_path)
+    assert variant.name in sass, f"{variant.name} is not in the cubin: {sorted(sass)}"
+    main = sass[variant.name]
+    for op, what in (("HGMMA", "wgmma"), ("UTMALDG", "TMA tile loads"), ("USETMAXREG", "setmaxnreg")):
+        assert re.search(rf"\b{op}\b", main), f"no {op} ({what}) in the main kernel; {report}"
+    local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
+    assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"
+    assert res.spill_store_bytes == res.spill_load_bytes == 0, report
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", SM90, ids=lambda v: v.name)
+def test_ptxas_does_not_serialise_the_sm90_wgmma_pipeline(variant):
+    """ptxas serialises every wgmma of a kernel (info C7514/C7515/C7518: 'wgmma.mma_async instructions
+    are serialized ...') when code touches an accumulator inside an open wgmma stage or the
+    warpgroups diverge around their wgmmas; the kernel still runs, several times slower
+    (bench/RESULTS.md, sm90 notes 2-4). The compile log must not say so."""
+    from kvforge.codegen.render import render_variant
+    from kvforge.runtime.compiler import _nvrtc_compile
+
+    _, log, _ = _nvrtc_compile(variant.name, variant.arch, render_variant(variant), False)
+    serialised = [line.strip() for line in log.splitlines() if "serialized" in line or "C7517" in line]
+    assert not serialised, "\n".join(serialised)
