@@ -2,13 +2,11 @@
 mbarrier ring, wgmma with operands in shared memory, one producer warpgroup and two math
 warpgroups; its checks and the shared-memory layout, tiling and register split the template places.
 
-The CTA holds 64 query rows (heads x s_q; wgmma's M). KV tiles of block_n keys (32 by default, so
-that four fit beside Q; 576 columns, V is the first 512 of the same rows) go to the two math
-warpgroups in pairs: each computes S and P of its
-own tile over the full depth (the running max passing from the first tile to the second) and
-multiplies both tiles' P by its 256 columns of V, its own P from registers and the other's from
-SMEM, where P lives in the tile's rope chunk (columns 512..575, needed only by QK). The
-producer warpgroup gives its registers to the math warpgroups (setmaxnreg).
+The CTA holds 64 query rows (heads x s_q; wgmma's M). Per KV tile of 64 keys (576 columns, V is
+the first 512 of the same rows) math warpgroup g computes S for keys 32g..32g+31 over the full
+depth, the two exchange row maxima, each writes its half of P to one swizzled P tile, and each
+multiplies the whole P by its 256 columns of V. The producer warpgroup gives its registers to the
+math warpgroups (setmaxnreg).
 """
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232)
 class Sm90DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm90"
     backend: Literal["sm90"] = "sm90"
-    num_kv_stages: int = Field(default=4, ge=2, le=8, description="KV tiles in the TMA ring")
+    num_kv_stages: int = Field(default=2, ge=2, le=4, description="KV tiles in flight in the TMA ring")
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
@@ -50,9 +48,9 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.kv_dtype == "fp8_e4m3":
             raise ValueError(f"{where}.kv_dtype='fp8_e4m3': FP8 KV has not landed on the sm90 backend; use bf16 "
                              "or fp16")
-        if self.block_n not in (32, 64):
-            raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 32 or 64 keys "
-                             "(wgmma N for QK; P [64 x block_n] fills the tile's rope chunk)")
+        if self.block_n != 64:
+            raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
+                             "(two math warpgroups x 32)")
         if self.heads_per_cta * self.max_s_q > WGMMA_M:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
@@ -82,6 +80,10 @@ class Sm90DecodeConfig(DecodeConfig):
         return WGMMA_M * self.head_dim_v // self.math_threads
 
     @property
+    def keys_per_warpgroup(self) -> int:
+        return self.block_n // MATH_WARPGROUPS
+
+    @property
     def cols_per_warpgroup(self) -> int:
         return self.head_dim_v // MATH_WARPGROUPS
 
@@ -92,18 +94,8 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def chunk_bytes(self) -> int:
-        """One 64-column chunk of a KV tile (block_n rows of 128 bytes)."""
+        """One 64-column chunk of a tile of block_n (= 64 query rows) rows."""
         return self.block_n * 128
-
-    @property
-    def q_chunk_bytes(self) -> int:
-        """One 64-column chunk of the Q tile (64 rows of 128 bytes)."""
-        return WGMMA_M * 128
-
-    @property
-    def p_swizzle_mode(self) -> int:
-        """wgmma descriptor swizzle of the P tile [64 x block_n]: 1 = 128-byte rows, 2 = 64-byte."""
-        return 1 if self.block_n * 2 == 128 else 2
 
     @property
     def stage_bytes(self) -> int:
@@ -111,7 +103,7 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def box_rows(self) -> int:
-        """Rows per TMA box: one page, or a block_n-row part of a larger page."""
+        """Rows per TMA box: one page, or a 64-row half of a 128-key page."""
         return min(self.page_size, self.block_n)
 
     @property
@@ -148,8 +140,8 @@ class Sm90DecodeConfig(DecodeConfig):
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.num_kv_stages * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
-        b.add("p_zero", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)  # P of "no tile": zeros
-        b.add("m_xchg", MATH_WARPGROUPS * WGMMA_M * 4, align=16)  # the running max passed between them
+        b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
+        b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("barriers", 2 * self.num_kv_stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that

@@ -112,7 +112,7 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConf
     for (one variant per s_q and page size, whatever the head count)."""
     return build(DecodeConfig, dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0],
                                     head_dim_v=MLA_DIMS[1], heads_per_cta=64 // s_q, page_size=page_size,
-                                    block_n=32, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q, num_kv_stages=4))
+                                    block_n=64, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q, num_kv_stages=2))
 
 
 @lru_cache(maxsize=None)
