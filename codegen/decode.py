@@ -186,7 +186,8 @@ class DecodeConfig(BaseModel):
     def name_fields(self) -> list[str]:
         """Every field that tells two variants apart, each with its own prefix: h heads per CTA,
         ps page size, n keys per tile, q/kv dtypes, sb scale block, d head dim, sq max s_q; then
-        the backend's own (sm80: s stages, pr/co producer/consumer warps; cdna: MFMA, threads)."""
+        the backend's own (sm80: s stages, pr/co producer/consumer warps; sm90: s stages, wg
+        warpgroups, qc QK accumulator chains; cdna: MFMA, threads)."""
         return self._family_fields("ps") + self.backend_name_fields()
 
     def legacy_name_fields(self) -> list[str]:

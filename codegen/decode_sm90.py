@@ -31,13 +31,16 @@ class Sm90DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm90"
     backend: Literal["sm90"] = "sm90"
     num_kv_stages: int = Field(default=2, ge=2, le=4, description="KV tiles in flight in the TMA ring")
+    qk_chains: int = Field(default=1, ge=1, le=2, description="QK accumulators per math warpgroup: 2 splits the "
+                           "k16 steps into two independent wgmma chains (even/odd), summed after")
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
 
     @classmethod
     def foreign_hint(cls, name: str) -> str:
-        return "has fixed warpgroup roles (one TMA producer, two wgmma math warpgroups): set num_kv_stages"
+        return ("has fixed warpgroup roles (one TMA producer, two wgmma math warpgroups): set num_kv_stages "
+                "and qk_chains")
 
     def _validate_backend(self, where: str) -> None:
         if self.backend != "sm90":
@@ -149,7 +152,7 @@ class Sm90DecodeConfig(DecodeConfig):
         return b.build()
 
     def backend_name_fields(self) -> list[str]:
-        return [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}"]
+        return [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

@@ -109,6 +109,28 @@ def test_mla_long_single_sequence_takes_the_split_path():
     assert _splits(2) > 1
 
 
+@pytest.mark.parametrize("s_q,heads,page_size,lens", [(1, 64, 64, [0, 1, 333, 2000]), (2, 32, 32, [1, 40, 257, 900]),
+                                                      (1, 128, 16, [9000])])
+def test_mla_sm90_with_two_qk_accumulator_chains(s_q, heads, page_size, lens):
+    """The sm90 kernel with qk_chains=2 (not the built-in choice; bench/qk_chains_ab.py times it)."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    from kvforge.codegen.select import sm90_choice
+
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json"),
+                               "qk_chains": 2})
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size, lens=lens,
+                     seed=s_q + heads)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
 def test_gqa_head_dims_and_groups(d, group):
