@@ -29,6 +29,7 @@ class CompiledKernel:
     compile_seconds: float  # of the build that produced the cached entry
     cache_hit: bool
     debug: bool
+    log: str = ""  # the compiler's log of the build that produced the cached entry (ptxas -v and infos)
 
 
 _memo: dict[str, CompiledKernel] = {}
@@ -114,7 +115,7 @@ def compile_source(name: str, arch: str, source: str, *, debug: bool = False,
                 })
     meta = entry.meta
     kernel = CompiledKernel(name, arch, entry.binary, KernelResources(**meta["resources"]),
-                            meta["compile_seconds"], cache_hit, debug)
+                            meta["compile_seconds"], cache_hit, debug, meta.get("ptxas_log", ""))
     with _memo_lock:
         _memo[memo_key] = kernel
     return kernel
