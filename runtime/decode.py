@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from functools import lru_cache
 
 from kvforge.codegen import policy
@@ -389,15 +390,17 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
 
 # ---- plan/run objects for engines ------------------------------------------------------------------
 class _FixedPlan:
-    """A plan object's plan source: one variant, and the shape class it was built for."""
+    """A plan object's plan source: one variant, and the shape class it was built for. Holds its
+    owner weakly, so a dropped plan object dies at once instead of waiting for the cycle collector."""
 
     def __init__(self, owner: "_DecodeObject") -> None:
-        self.owner = owner
+        self._owner = weakref.ref(owner)
         self.key = ("fixed", id(owner))
 
     def plan(self, shape: CallShape) -> DecodePlan:
-        self.owner._check_shape(shape)
-        return self.owner.plan
+        owner = self._owner()
+        owner._check_shape(shape)
+        return owner.plan
 
 
 class _DecodeObject:
