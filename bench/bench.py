@@ -165,6 +165,30 @@ def flashinfer_runner(sh, q, kv, bt, lens):
     return lambda i: w.run(q3, (kv[i][0], kv[i][1]))
 
 
+def config_ab(variants, names: tuple[str, str], headers: tuple[str, str], rounds: int, shapes=None) -> None:
+    """Print a table timing two pinned configs per benchmark shape: `variants(shape)` gives
+    {name: config} for `names` (or None to skip the shape). Each round times both (graph
+    replays, KV copies rotating past the L2), alternating which goes first; medians and a/b."""
+    a, b = names
+    print(f"| shape | {headers[0]} ms | {headers[1]} ms | {a} / {b} |")
+    print("|---|---|---|---|")
+    for sh in shapes or SHAPES:
+        cfgs = variants(sh)
+        if cfgs is None:
+            continue
+        copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+        q, kv, bt, lens = make_inputs(sh, copies)
+        times = {a: [], b: []}
+        for r in range(rounds):
+            for name in ((a, b) if r % 2 == 0 else (b, a)):
+                times[name].append(graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens, cfgs[name])
+                                             for i in range(copies)], 20))
+        ta, tb = statistics.median(times[a]), statistics.median(times[b])
+        print(f"| {sh.label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |", flush=True)
+        del q, kv
+        torch.cuda.empty_cache()
+
+
 SHAPES = [
     Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64),
     Shape("mla_decode", 128, 4096, 128), Shape("mla_decode", 128, 4096, 64, s_q=2),

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from .decode import DecodeConfig
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
+from .policy import DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
 
 WGMMA_M = 64
@@ -121,6 +122,17 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def tile_tx_bytes(self) -> int:
         return self.boxes_per_tile * self.chunks_qk * self.box_bytes
+
+    @property
+    def kv_map(self) -> dict:
+        """The KV cache's TMA tensor map, as the runtime (runtime/tensor_map.py) and the C launchers
+        encode it: a contiguous cache [num_pages][page_size][head_dim_qk] of 16-bit elements, dims
+        {row_elems, page_size, num_pages} (num_pages at run time), byte strides {row_bytes,
+        page_bytes}, boxes of {box_cols, box_rows, 1}, 128-byte swizzle."""
+        row_bytes = self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
+        return {"dtype": self.kv_dtype, "row_elems": self.head_dim_qk, "page_size": self.page_size,
+                "row_bytes": row_bytes, "page_bytes": row_bytes * self.page_size, "box_cols": SWIZZLE_COLS,
+                "box_rows": self.box_rows}
 
     @property
     def full_arrivals(self) -> int:

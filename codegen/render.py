@@ -69,17 +69,9 @@ TMA_DATA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR
 
 
 def kv_map_encoding(cfg) -> dict:
-    """What a C launcher passes to cuTensorMapEncodeTiled for a main kernel's `kv_map` (the same
-    map as runtime/tensor_map.py's `encode_paged_kv`): the contiguous cache [num_pages][page_size]
-    [head_dim_qk] of 16-bit elements as dims {row, page_size, num_pages}, byte strides {row, page},
-    boxes of {64, box_rows, 1}. num_pages is the launcher's run-time argument."""
-    from .decode_sm90 import SWIZZLE_COLS
-    from .policy import DTYPE_BYTES
-
-    row_bytes = cfg.head_dim_qk * DTYPE_BYTES[cfg.kv_dtype]
-    return {"data_type": TMA_DATA_TYPES[cfg.kv_dtype], "row_elems": cfg.head_dim_qk, "page_size": cfg.page_size,
-            "row_bytes": row_bytes, "page_bytes": row_bytes * cfg.page_size, "box_cols": SWIZZLE_COLS,
-            "box_rows": cfg.box_rows}
+    """What a C launcher passes to cuTensorMapEncodeTiled for a main kernel's `kv_map`: the
+    config's `kv_map` geometry (the one the runtime encodes) with the driver's data-type name."""
+    return {**cfg.kv_map, "data_type": TMA_DATA_TYPES[cfg.kv_map["dtype"]]}
 
 
 def render_launch_header(family: str, variants: list[Variant]) -> str:

@@ -81,9 +81,9 @@ class DecodePlan:
         if "kv_map" in m.index:
             from .tensor_map import PagedKVMaps
 
-            self._kv_maps = PagedKVMaps(cfg.q_dtype, cfg.page_size, cfg.head_dim_qk, cfg.box_rows)
+            self._kv_maps = PagedKVMaps(cfg.kv_map)
             self._map_slot = m.slots[m.index["kv_map"]]
-            self._map_key = None
+            self._map_ptr = self._map_pages = None
         self._stream_workspaces: dict[tuple, object] = {}
         self._last_sizes = None
 
@@ -151,9 +151,9 @@ class DecodePlan:
             m[0].value, m[1].value, m[2].value, m[3].value, m[4].value = q, k, v, bt, sl
             m[5].value, m[6].value, m[7].value, m[8].value = out, lse, part_o, part_lse
             m[15].value, m[16].value = scale_log2, causal
-            if self._kv_maps is not None and self._map_key != (k, num_pages):
+            if self._kv_maps is not None and (k != self._map_ptr or num_pages != self._map_pages):
                 ctypes.memmove(self._map_slot, self._kv_maps.get(k, num_pages), 128)
-                self._map_key = (k, num_pages)
+                self._map_ptr, self._map_pages = k, num_pages
             self.launcher.main.launch(main_grid, stream)
             if splits > 1:
                 c[0].value, c[1].value, c[2].value, c[3].value, c[4].value = part_o, part_lse, sl, out, lse
