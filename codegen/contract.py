@@ -16,6 +16,8 @@ from .selftest import PipelineSelfTestConfig
 
 
 TENSOR_MAP_CTYPE = "const __grid_constant__ kvforge::sm90::TensorMap"  # kvforge/sm90_tile.cuh
+FP8_CACHE_CTYPE = "unsigned char"  # fp8 caches are bytes: e4m3 values (and the packed token's scales and rope)
+FP8_SCALE_ARGS = ("const float* k_scale", "const float* v_scale", "float k_scale_value", "float v_scale_value")
 
 
 @dataclass(frozen=True)
@@ -115,17 +117,22 @@ def selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> dict[str, Kernel
 
 def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
     """The main kernel (split-KV planned inside it from cache_seqlens) and the combine kernel.
-    sm90 main kernels take one more argument last: `kv_map`, the KV cache's TMA tensor map."""
+    fp8 main kernels take the caches as bytes and four more arguments: `k_scale`/`v_scale` (the
+    block-scale tensors, or a 1-element device scale per tensor, or null: then `k_scale_value`/
+    `v_scale_value`). sm90 main kernels take one more argument last: `kv_map`, the KV cache's TMA
+    tensor map."""
     t = HIP_ELEMENT_C_TYPE if cfg.backend == "cdna" else C_TYPES[cfg.q_dtype]
+    kv_t = FP8_CACHE_CTYPE if cfg.is_fp8 else t
+    scales = FP8_SCALE_ARGS if cfg.is_fp8 else ()
     heads = GridDim("num_q_heads", cfg.heads_per_cta) if cfg.family == "mla_decode" else GridDim("num_kv_heads")
     # The HIP kernels hold their LDS in a static array: no dynamic shared memory to request.
     smem = 0 if cfg.backend == "cdna" else cfg.layout.total_bytes
     main = KernelContract(
         "main", name, (heads, GridDim("batch"), GridDim("num_splits")), (cfg.threads, 1, 1), smem,
-        _args(f"const {t}* q", f"const {t}* k_cache", f"const {t}* v_cache", "const int* block_table",
+        _args(f"const {t}* q", f"const {kv_t}* k_cache", f"const {kv_t}* v_cache", "const int* block_table",
               "const int* seqlens", f"{t}* out", "float* lse", "float* part_o", "float* part_lse", "int* error_word",
               "int s_q", "int num_q_heads", "int num_kv_heads", "int num_pages", "int max_pages", "int num_splits",
-              "float scale_log2", "int causal",
+              "float scale_log2", "int causal", *scales,
               *((f"{TENSOR_MAP_CTYPE} kv_map",) if cfg.backend == "sm90" else ())))
     combine = KernelContract(
         "combine", f"{name}_combine", (GridDim("num_q_heads"), GridDim("s_q"), GridDim("batch")),

@@ -44,8 +44,10 @@ class DecodeConfig(BaseModel):
     block_n: Literal[16, 32, 64, 128] = Field(description="keys per KV tile")
     q_dtype: Literal["bf16", "fp16"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8_e4m3"] = "bf16"
-    scale_mode: Literal["none", "per_tensor", "per_token_block"] = "none"
-    scale_block_size: Literal[64, 128] | None = None
+    scale_mode: Literal["none", "per_tensor", "block", "fp8_ds_mla"] = Field(
+        default="none", description="fp8 KV: one scale per tensor, block scales per token (and KV head), or "
+        "DeepSeek's packed 656-byte MLA token")
+    scale_block_size: Literal[32, 64, 128] | None = None
     max_s_q: int = Field(default=1, ge=1, le=8)
 
     def __init_subclass__(cls, **kw) -> None:
@@ -113,19 +115,20 @@ class DecodeConfig(BaseModel):
                                  "group per CTA: 1, 2, 4, 8 or 16")
         if self.kv_dtype == "fp8_e4m3":
             if self.scale_mode == "none":
-                raise ValueError(f"{where}.scale_mode='none': fp8_e4m3 KV needs 'per_tensor' or 'per_token_block'")
+                raise ValueError(f"{where}.scale_mode='none': fp8_e4m3 KV needs 'per_tensor', 'block' or "
+                                 "'fp8_ds_mla'")
+            if self.scale_mode == "fp8_ds_mla" and self.family != "mla_decode":
+                raise ValueError(f"{where}.scale_mode='fp8_ds_mla': DeepSeek's packed 656-byte token is an MLA "
+                                 "cache layout; GQA takes 'per_tensor' or 'block'")
         elif self.scale_mode != "none":
             raise ValueError(f"{where}.scale_mode={self.scale_mode!r}: scales apply to fp8_e4m3 KV only; "
                              f"use 'none' for kv_dtype={self.kv_dtype!r}")
         elif self.kv_dtype != self.q_dtype:
             raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: a 16-bit KV cache must match "
                              f"q_dtype={self.q_dtype!r} (the MMA takes one input type)")
-        if (self.scale_mode == "per_token_block") != (self.scale_block_size is not None):
-            raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: required (64 or 128) exactly "
-                             "when scale_mode='per_token_block'")
-        if self.scale_block_size and self.head_dim_v % self.scale_block_size:
-            raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: must divide head_dim_v="
-                             f"{self.head_dim_v}")
+        if (self.scale_mode == "block") != (self.scale_block_size is not None):
+            raise ValueError(f"{where}.scale_block_size={self.scale_block_size}: required (32, 64 or 128) exactly "
+                             "when scale_mode='block'")
         if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > MAX_Q_ROWS:
             raise ValueError(f"{where}.max_s_q={self.max_s_q}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most {MAX_Q_ROWS}")
@@ -158,6 +161,25 @@ class DecodeConfig(BaseModel):
 
     # ---- derived, shared ---------------------------------------------------------------------
     @property
+    def is_fp8(self) -> bool:
+        return self.kv_dtype == "fp8_e4m3"
+
+    @property
+    def scale_blocks(self) -> int:
+        """fp32 scales per cached token (and KV head): ceil(D / scale_block_size) for block scales,
+        the 4 latent-block scales of an fp8_ds_mla token, 0 otherwise."""
+        if self.scale_mode == "block":
+            return -(-self.head_dim_qk // self.scale_block_size)
+        return policy.DS_MLA_SCALES if self.scale_mode == "fp8_ds_mla" else 0
+
+    @property
+    def kv_token_bytes(self) -> int:
+        """Bytes of one token (of one KV head) in the cache: D elements, or the 656-byte packed token."""
+        if self.scale_mode == "fp8_ds_mla":
+            return policy.DS_MLA_TOKEN_BYTES
+        return self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
+
+    @property
     def min_keys_per_split(self) -> int:
         """The split planner never cuts a sequence into chunks shorter than this."""
         return policy.min_keys_per_split(self.block_n)
@@ -176,8 +198,8 @@ class DecodeConfig(BaseModel):
         fields = [self.family, self.backend, self.arch.replace("_", ""), f"h{self.heads_per_cta}",
                   f"{page}{self.page_size}", f"n{self.block_n}", f"q{self.q_dtype}",
                   f"kv{self.kv_dtype.replace('_e4m3', '')}"]
-        if self.scale_mode == "per_token_block":
-            fields.append(f"sb{self.scale_block_size}")
+        fields += {"none": [], "per_tensor": ["pt"], "block": [f"sb{self.scale_block_size}"],
+                   "fp8_ds_mla": ["dsmla"]}[self.scale_mode]
         if self.family == "gqa_decode":
             fields.append(f"d{self.head_dim_qk}")
         fields.append(f"sq{self.max_s_q}")
@@ -185,7 +207,7 @@ class DecodeConfig(BaseModel):
 
     def name_fields(self) -> list[str]:
         """Every field that tells two variants apart, each with its own prefix: h heads per CTA,
-        ps page size, n keys per tile, q/kv dtypes, sb scale block, d head dim, sq max s_q; then
+        ps page size, n keys per tile, q/kv dtypes, pt/sb/dsmla fp8 scales, d head dim, sq max s_q; then
         the backend's own (sm80: s stages, pr/co producer/consumer warps; sm90: s stages, wg
         warpgroups, qc QK accumulator chains; cdna: MFMA, threads)."""
         return self._family_fields("ps") + self.backend_name_fields()

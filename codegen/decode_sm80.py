@@ -9,18 +9,20 @@ from typing import ClassVar, Literal
 from pydantic import model_validator
 
 from .decode import DecodeConfig
-from .pipeline import MBARRIER_BYTES, PipelineConfig
+from .pipeline import MBARRIER_BYTES, ConvertConfig, PipelineConfig
 from .policy import DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
 
 MMA_M = 16
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
+FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
 
 class Sm80DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm80"
     backend: Literal["sm80"] = "sm80"
     pipeline: PipelineConfig
+    convert: ConvertConfig | None = None  # fp8 KV: the load-and-convert ring in front of the MMA ring
 
     @model_validator(mode="before")
     @classmethod
@@ -39,9 +41,16 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.head_dim_qk % (16 * p.num_qk_stages):
             raise ValueError(f"{where}.pipeline.num_qk_stages={p.num_qk_stages}: must split "
                              f"head_dim_qk={self.head_dim_qk} into multiples of 16")
-        if self.kv_dtype == "fp8_e4m3":
-            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': the sm80 backend reads bf16/fp16 KV; "
-                             "fp8 KV needs backend 'sm90'")
+        if self.is_fp8:
+            if self.arch not in FP8_ARCHS:
+                raise ValueError(f"{where}.arch={self.arch!r}: fp8_e4m3 KV is converted with the hardware e4m3 "
+                                 f"instructions of {', '.join(FP8_ARCHS)}; {self.arch} has none (use a bf16/fp16 cache)")
+            if self.convert is None:
+                raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' (a ConvertConfig: "
+                                 "num_load_stages, num_convert)")
+        elif self.convert is not None:
+            raise ValueError(f"{where}.convert: the load-and-convert ring is for kv_dtype='fp8_e4m3' only; "
+                             f"remove it for kv_dtype={self.kv_dtype!r}")
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
             raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps and "
                              f"num_qk_stages=1; got num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}")
@@ -51,7 +60,7 @@ class Sm80DecodeConfig(DecodeConfig):
                              f"{rg} row groups of 16 query rows (heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q}); use a multiple of {rg}")
         cg = p.num_consumer // rg
-        rows_per_pass = 32 // min(32, self.head_dim_qk * 2 // 16)
+        rows_per_pass = 1 if self.is_fp8 else 32 // min(32, self.head_dim_qk * 2 // 16)
         if self.block_n % (p.num_producer * rows_per_pass):
             raise ValueError(f"{where}.block_n={self.block_n}: {p.num_producer} producer warps each load rows in "
                              f"passes of {rows_per_pass}; use a multiple of {p.num_producer * rows_per_pass} or "
@@ -120,8 +129,43 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def full_arrivals(self) -> int:
-        """Every producer lane arrives through cp.async.mbarrier.arrive.noinc."""
+        """The MMA ring's full barrier: every producer lane arrives through
+        cp.async.mbarrier.arrive.noinc; with fp8 KV every convert thread after its stores."""
+        return self.convert.convert_threads if self.is_fp8 else 32 * self.pipeline.num_producer
+
+    # ---- fp8 KV: the load ring the producers fill and the convert warps drain -------------------
+    @property
+    def load_full_arrivals(self) -> int:
         return 32 * self.pipeline.num_producer
+
+    @property
+    def load_empty_arrivals(self) -> int:
+        return self.convert.convert_threads if self.is_fp8 else 0
+
+    @property
+    def load_chunks_per_row(self) -> int:
+        """16-byte cp.async chunks of one cached fp8 token (the 656-byte packed token whole)."""
+        return self.kv_token_bytes // 16
+
+    @property
+    def load_scale_words(self) -> int:
+        """fp32 block scales per token, copied beside its row (4-byte cp.async); the packed token
+        carries its own."""
+        return self.scale_blocks if self.scale_mode == "block" else 0
+
+    @property
+    def kv8_row_stride(self) -> int:
+        """Bytes per fp8 row in SMEM: the token, then its block scales, 16-byte aligned."""
+        return -(-(self.kv_token_bytes + 4 * self.load_scale_words) // 16) * 16
+
+    @property
+    def kv8_stage_bytes(self) -> int:
+        tiles = 1 if self.family == "mla_decode" else 2
+        return tiles * self.block_n * self.kv8_row_stride if self.is_fp8 else 0
+
+    @property
+    def kv8_v_offset(self) -> int:
+        return 0 if self.family == "mla_decode" else self.block_n * self.kv8_row_stride
 
     @property
     def empty_arrivals(self) -> int:
@@ -129,7 +173,8 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def threads(self) -> int:
-        return 32 * (self.pipeline.num_producer + self.pipeline.num_consumer)
+        convert = self.convert.num_convert if self.is_fp8 else 0
+        return 32 * (self.pipeline.num_producer + self.pipeline.num_consumer + convert)
 
     @property
     def acc_regs_per_thread(self) -> int:
@@ -140,8 +185,12 @@ class Sm80DecodeConfig(DecodeConfig):
         p = self.pipeline
         b = SmemLayoutBuilder()
         b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
+        if self.is_fp8:
+            b.add("load_barriers", self.convert.barrier_bytes, align=MBARRIER_BYTES)
         b.add("q", self.q_rows * self.q_row_stride)
         b.add("kv_stages", p.num_kv_stages * self.stage_bytes)
+        if self.is_fp8:
+            b.add("kv8_stages", self.convert.num_load_stages * self.kv8_stage_bytes)
         b.add("p_tile", self.q_rows * self.p_row_stride)
         b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
         b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
@@ -173,7 +222,7 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.block_n // self.pipeline.num_producer
 
     def backend_name_fields(self) -> list[str]:
-        return self.pipeline.name_fields()
+        return self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
 
     def legacy_backend_name_fields(self) -> list[str]:
         p = self.pipeline

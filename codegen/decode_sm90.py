@@ -50,8 +50,8 @@ class Sm90DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.family='gqa_decode': the sm90 backend's GQA kernels have not landed; "
                              "use backend 'sm80' (it runs on sm_90)")
         if self.kv_dtype == "fp8_e4m3":
-            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': FP8 KV has not landed on the sm90 backend; use bf16 "
-                             "or fp16")
+            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': FP8 KV has not landed on the sm90 backend; use "
+                             "backend 'sm80' (its load-and-convert kernels run on sm_89 and newer) or bf16/fp16")
         if self.block_n != 64:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
                              "(two math warpgroups x 32)")

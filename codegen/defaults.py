@@ -3,8 +3,9 @@ validation, with what the family implies and what the runtime's variant choice w
 
 - `backend`: `cdna` for gfx arches, `sm90` for sm_90a, else `sm80`.
 - MLA: `head_dim_qk = 576`, `head_dim_v = 512`; GQA: one head dim given implies the other.
-- sm80: a missing `block_n` or `pipeline` comes from `select.sm80_choice` for the entry's arch,
-  page size, heads per CTA, dtype and max_s_q (the function the runtime's choice calls). Every
+- sm80: a missing `block_n`, `pipeline` or (fp8) `convert` comes from `select.sm80_choice` for the
+  entry's arch, page size, heads per CTA, dtypes, fp8 layout and max_s_q (the function the
+  runtime's choice calls). Every
   value the entry gives, pipeline keys included, wins over the choice.
 - cdna: a missing `block_n` / `kv_buffers` comes from `select.cdna_fields` (`block_n` from the
   entry's kv_buffers when it gives those).
@@ -60,7 +61,9 @@ def _fill_sm80(out: dict) -> dict:
         return out  # validation names the bad or missing field
     if not isinstance(out.get("pipeline", {}), dict):
         return out
-    cfg = sm80_choice(out["family"], out["arch"], dtype, shape[1], shape[0], (shape[2], shape[3]), s_q, explicit=out)
+    kv = {k: out[k] for k in ("kv_dtype", "scale_mode", "scale_block_size") if k in out}
+    cfg = sm80_choice(out["family"], out["arch"], dtype, shape[1], shape[0], (shape[2], shape[3]), s_q, explicit=out,
+                      kv=kv if kv.get("kv_dtype") == "fp8_e4m3" else None)
     return cfg.model_dump(mode="json")
 
 

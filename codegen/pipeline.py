@@ -62,3 +62,28 @@ class PipelineConfig(BaseModel):
         """s<kv stages>x<qk stages>, pr<producer warps>co<consumer warps>, t/w: per-thread/per-warp release."""
         arrive = "t" if self.consumer_arrive == "thread" else "w"
         return [f"s{self.num_kv_stages}x{self.num_qk_stages}", f"pr{self.num_producer}co{self.num_consumer}{arrive}"]
+
+
+class ConvertConfig(BaseModel):
+    """FP8 KV's load-and-convert stage (the seed's KVLoad2CvtProducer): a second ring in front of
+    the MMA ring. The producer warps fill `num_load_stages` fp8 slots (cp.async); `num_convert`
+    convert warps each wait on a filled fp8 slot and a free MMA slot, dequantize the tile into the
+    16-bit layout the MMA reads, release the fp8 slot (every convert thread arrives) and fill the
+    MMA slot (every convert thread arrives after its stores)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_load_stages: int = Field(default=3, ge=2, le=8)
+    num_convert: int = Field(default=4, ge=1, le=8)
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * self.num_load_stages * MBARRIER_BYTES
+
+    @property
+    def convert_threads(self) -> int:
+        return 32 * self.num_convert
+
+    def name_fields(self) -> list[str]:
+        """ld<fp8 ring depth>cv<convert warps>."""
+        return [f"ld{self.num_load_stages}cv{self.num_convert}"]

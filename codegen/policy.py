@@ -21,6 +21,10 @@ MAX_Q_ROWS = 128               # query heads x s_q rows one CTA (MLA) or one KV 
 # ---- dtypes -------------------------------------------------------------------------------------
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "fp8_e4m3": 1}
 C_TYPES = {"bf16": "__nv_bfloat16", "fp16": "__half"}
+# DeepSeek's packed fp8 MLA token (scale_mode 'fp8_ds_mla'): 512 e4m3 latent values, 4 fp32 scales
+# (one per 128 latent channels), 64 bf16 rope values
+DS_MLA_TOKEN_BYTES, DS_MLA_LATENT, DS_MLA_SCALES, DS_MLA_SCALE_BLOCK = 656, 512, 4, 128
+SCALE_BLOCK_SIZES = (32, 64, 128)
 HIP_ELEMENT_C_TYPE = "unsigned short"  # the HIP kernels take 16-bit storage and convert themselves
 
 # ---- the device-side error record (kvforge.check_errors) -----------------------------------------

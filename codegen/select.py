@@ -47,38 +47,67 @@ def overlay(base: dict, explicit: dict) -> dict:
     return out
 
 
+# fp8 KV on the sm80 backend: at most this many threads per CTA (producer, convert and consumer
+# warps), so every thread keeps 170 registers at one CTA per SM
+FP8_MAX_THREADS = 384
+
+
+def _ring_candidates(fp8: bool, family: str):
+    """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
+    ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
+    bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
+    GQA (two or more CTAs per SM) keeps to two producer and two convert warps, so the consumers
+    keep their registers (more warps per CTA spill at D=256)."""
+    if not fp8:
+        for stages in (6, 5, 4, 3, 2):
+            for producers in (4, 2, 1):
+                yield {"num_kv_stages": stages, "num_producer": producers}, None
+        return
+    for load_stages in (6, 5, 4, 3, 2):
+        for stages in (2, 3):
+            roles = ((4, 4), (2, 4), (4, 2), (2, 2), (1, 2), (1, 1))
+            for producers, convert in (roles[3:] if family == "gqa_decode" else roles):
+                yield ({"num_kv_stages": stages, "num_producer": producers},
+                       {"num_load_stages": load_stages, "num_convert": convert})
+
+
 def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
-                 s_q: int, explicit: dict | None) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
+                 s_q: int, explicit: dict | None, kv: dict | None = None
+                 ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
     """(the first candidate that validates and reaches the wanted CTAs per SM or None, the last
-    rejection, the first candidate's data)."""
+    rejection, the first candidate's data). `kv` holds the fp8 fields (kv_dtype, scale_mode,
+    scale_block_size) for an fp8 cache."""
     dqk, dv = head_dims
     row_groups = -(-hpc * s_q // 16)
-    base = dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
-                page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q)
+    base = {**dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
+                   page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
+    fp8 = base["kv_dtype"] == "fp8_e4m3"
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:
         for cg, bn in _candidates(family, row_groups, dv):
             warps = row_groups * cg
-            for stages in (6, 5, 4, 3, 2):
-                for producers in (4, 2, 1):  # cp.async issue is per warp: four producers keep HBM busy
-                    data = {**base, "block_n": bn, "pipeline": {
-                        "num_kv_stages": stages, "num_consumer": warps, "num_producer": producers}}
-                    if explicit:
-                        data = overlay(data, explicit)
-                    first = first or data
-                    try:
-                        cfg = build(DecodeConfig, data)
-                    except ConfigError as err:
-                        last_err = err
-                        continue
-                    if cfg.ctas_per_sm >= ctas:
-                        return cfg, None, first
+            for pipe, convert in _ring_candidates(fp8, family):
+                data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
+                if convert is not None:
+                    data["convert"] = convert
+                if explicit:
+                    data = overlay(data, explicit)
+                first = first or data
+                try:
+                    cfg = build(DecodeConfig, data)
+                except ConfigError as err:
+                    last_err = err
+                    continue
+                if fp8 and cfg.threads > FP8_MAX_THREADS and not {"pipeline", "convert"} & set(explicit or ()):
+                    continue
+                if cfg.ctas_per_sm >= ctas:
+                    return cfg, None, first
     return None, last_err, first or base
 
 
 def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_cta: int, head_dims: tuple[int, int],
-                s_q: int, explicit: dict | None = None) -> DecodeConfig:
+                s_q: int, explicit: dict | None = None, kv: dict | None = None) -> DecodeConfig:
     """The preferred sm80 config for a CTA of `heads_per_cta` query heads: the first candidate
     (keys per tile, warp grid, ring depth, producers) that validates and reaches the wanted CTAs
     per SM. GQA prefers two CTAs per SM (more independent loads in flight), MLA the deepest ring
@@ -86,7 +115,7 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
 
     Raises ConfigError when none fits; with `explicit`, the rejection of the first candidate
     under the explicit values, which names the field to change."""
-    cfg, last_err, first = _sm80_search(family, arch, dtype, page_size, heads_per_cta, head_dims, s_q, explicit)
+    cfg, last_err, first = _sm80_search(family, arch, dtype, page_size, heads_per_cta, head_dims, s_q, explicit, kv)
     if cfg is not None:
         return cfg
     if explicit:
@@ -100,8 +129,11 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
 SM90_MLA_MIN_ROWS = 17
 
 
-def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
-    """The backend whose kernel runs these shapes best on a device of `arch` (measured)."""
+def preferred_backend(family: str, arch: str, heads: int, s_q: int, kv_dtype: str | None = None) -> str:
+    """The backend whose kernel runs these shapes best on a device of `arch` (measured). fp8 KV
+    runs on the sm80 backend (its load-and-convert kernels; the sm90 ones have not landed)."""
+    if kv_dtype == "fp8_e4m3":
+        return "sm80"
     if family == "mla_decode" and arch == "sm_90" and heads * s_q >= SM90_MLA_MIN_ROWS:
         return "sm90"
     return "sm80"
@@ -117,18 +149,26 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConf
 
 @lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
-                         s_q: int, backend: str | None = None) -> DecodeConfig:
+                         s_q: int, backend: str | None = None, scale_mode: str = "none",
+                         scale_block_size: int | None = None) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
-    (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise).
+    (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
+    'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block').
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
-    choice = backend or preferred_backend(family, arch, heads, s_q)
+    kv = None
+    if scale_mode != "none":
+        kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
+    choice = backend or preferred_backend(family, arch, heads, s_q, kv and kv["kv_dtype"])
     if choice == "sm90":
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
+        if kv is not None:
+            raise ConfigError("backend='sm90': its fp8 (load-and-convert) kernels have not landed; fp8 KV runs "
+                              "on backend 'sm80' (sm_89 and newer)")
         return sm90_choice(family, dtype, page_size, s_q)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
@@ -136,10 +176,11 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         hpc, dims = _mla_heads_per_cta(heads, s_q), MLA_DIMS
     else:
         hpc, dims = heads, (head_dim, head_dim)
-    cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, None)
+    cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, None, kv)
     if cfg is None:
+        kv_text = f", an fp8 cache ({scale_mode})" if kv else ""
         raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "
-                          f"page_size={page_size} on {arch}: {last_err}")
+                          f"page_size={page_size}{kv_text} on {arch}: {last_err}")
     return cfg
 
 

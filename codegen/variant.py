@@ -15,7 +15,7 @@ from .decode_sm80 import Sm80DecodeConfig
 from .decode_sm90 import Sm90DecodeConfig
 from .errors import ConfigError, describe_validation_error
 from .naming import config_hash, legacy_variant_name, variant_name
-from .policy import C_POLICY, C_TYPES, ERROR_RECORD_INTS
+from .policy import C_POLICY, C_TYPES, DS_MLA_LATENT, ERROR_RECORD_INTS
 from .selftest import PipelineSelfTestConfig
 
 
@@ -119,6 +119,7 @@ class Variant:
             "chunks_per_row": chunks,
             "lanes_per_row": min(32, chunks),
             "col_iters": -(-chunks // 32),
+            "ds_mla_latent": DS_MLA_LATENT,
         }
 
 

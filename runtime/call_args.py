@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvforge.codegen.policy import GQA_GROUPS, GQA_HEAD_DIMS, MAX_Q_ROWS, MAX_S_Q, MLA_DIMS, MLA_MAX_HEADS, PAGE_SIZES
 
+from .kv_format import KVFormat, cache_format, mla_token_dim
 from .tensors import TensorArg, device_view
 
 
@@ -32,6 +33,11 @@ class CallShape:
     max_pages: int
     out_shape: tuple
     lse_shape: tuple
+    kv: KVFormat | None = None  # None: a 16-bit cache of q's dtype
+
+    @property
+    def kv_format(self) -> KVFormat:
+        return self.kv or KVFormat(self.dtype)
 
     @property
     def group(self) -> int:
@@ -47,8 +53,10 @@ def _join(values) -> str:
     return ", ".join(map(str, values))
 
 
-def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, lse):
-    """(CallShape, TensorArg views of q, k, v, block_table, cache_seqlens, out or None, lse or None)."""
+def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, lse, scales: dict | None = None):
+    """(CallShape, TensorArg views of q, k, v, block_table, cache_seqlens, out or None, lse or None).
+    `scales` maps the scale arguments' names (kv_scale; k_scale, v_scale) to their values."""
+    scales = scales or {}
     qa = device_view(q, "q", dtype=("bf16", "fp16"), ndim=4 if family == "mla_decode" else (3, 4))
     dev = qa.device_id
     if family == "mla_decode":
@@ -58,11 +66,11 @@ def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, 
         if not 1 <= heads <= MLA_MAX_HEADS:
             raise ValueError(f"q: {heads} heads; MLA decode supports 1..{MLA_MAX_HEADS}")
         ka = device_view(k_cache, "kv_cache", ndim=(3, 4), device_id=dev)
-        _check_kv_dtype(ka, qa.dtype)
+        kv = cache_format(family, (ka,), qa.dtype, scales or {"kv_scale": None})
         if len(ka.shape) == 4 and ka.shape[2] != 1:
             raise ValueError(f"kv_cache: a 4-D MLA cache must have h_kv=1, got shape {ka.shape}")
-        if ka.shape[-1] != MLA_DIMS[0]:
-            raise ValueError(f"kv_cache: last dimension must be {MLA_DIMS[0]}, got shape {ka.shape}")
+        if ka.shape[-1] != mla_token_dim(kv):
+            raise ValueError(f"kv_cache: last dimension must be {mla_token_dim(kv)}, got shape {ka.shape}")
         va, hkv, out_shape = ka, 1, (batch, s_q, heads, MLA_DIMS[1])
         page_arg = "kv_cache"
     else:
@@ -74,8 +82,7 @@ def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, 
             raise ValueError(f"q: head dim {dqk}; supported: {_join(GQA_HEAD_DIMS)}")
         ka = device_view(k_cache, "k_cache", ndim=4, device_id=dev)
         va = device_view(v_cache, "v_cache", ndim=4, device_id=dev)
-        for t in (ka, va):
-            _check_kv_dtype(t, qa.dtype)
+        kv = cache_format(family, (ka, va), qa.dtype, scales or {"k_scale": None, "v_scale": None})
         if ka.shape != va.shape:
             raise ValueError(f"v_cache: shape {va.shape} must equal k_cache's {ka.shape}")
         _, _, hkv, dk = ka.shape
@@ -113,26 +120,8 @@ def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, 
         if la.shape != lse_shape:
             raise ValueError(f"lse: shape must be {lse_shape}, got {la.shape}")
     shape = CallShape(family, dev, qa.dtype, batch, s_q, heads, hkv, dqk, page_size, num_pages, bt.shape[1],
-                      tuple(out_shape), lse_shape)
+                      tuple(out_shape), lse_shape, kv if kv.is_fp8 else None)
     return shape, (qa, ka, va, bt, sl, oa, la)
-
-
-def _check_kv_dtype(t: TensorArg, q_dtype: str) -> None:
-    if t.dtype != q_dtype:
-        if t.dtype == "uint8" and t.shape[-1] == 656:
-            raise TypeError(f"{t.name}: an fp8_ds_mla cache (uint8, 656-byte tokens) is not supported by the decode "
-                            "kernels yet; use a bf16/fp16 cache")
-        if t.dtype == "fp8_e4m3":
-            raise TypeError(f"{t.name}: fp8_e4m3 KV caches are not supported yet (they need the sm90 "
-                            "load-and-convert kernels); use bf16/fp16")
-        raise TypeError(f"{t.name}: dtype must match q ({q_dtype}), got {t.dtype}")
-
-
-def check_scale_args(**scales) -> None:
-    for name, value in scales.items():
-        if value is not None:
-            raise ValueError(f"{name}: scales apply to fp8_e4m3 KV caches, which kvforge does not support yet; "
-                             "pass None for a bf16/fp16 cache")
 
 
 def check_ranges_on_host(shape: CallShape, bt: TensorArg, sl: TensorArg) -> None:

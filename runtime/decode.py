@@ -13,8 +13,10 @@ and replayed with new `cache_seqlens`.
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
+from contextlib import contextmanager
 import weakref
 from functools import lru_cache
 
@@ -23,7 +25,8 @@ from kvforge.codegen.decode import DecodeConfig
 from kvforge.codegen.variant import Variant
 
 from . import torch_ops
-from .call_args import CallShape, check_ranges_on_host, check_scale_args, validate
+from .call_args import CallShape, check_ranges_on_host, validate
+from .kv_format import KVFormat, scale_values
 from .device import device_arch, on_device
 from .launch import LaunchError
 from .plan import DecodePlan
@@ -42,17 +45,28 @@ def _on_rocm() -> bool:
 
 
 def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
-                  device_id: int) -> DecodeConfig:
-    """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm)."""
+                  device_id: int, kv: KVFormat | None = None) -> DecodeConfig:
+    """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm).
+    `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`)."""
     from .select import select_cdna_config, select_decode_config
 
     if _on_rocm():
         from .hip_launch import rocm_arch
 
+        if kv is not None and kv.is_fp8:
+            raise ValueError("kv_cache: fp8 KV caches are not supported on AMD GPUs (the cdna backend reads "
+                             "bf16/fp16; MI300's native fp8 is e4m3fnuz)")
+
         return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
                                   s_q=s_q)
-    return select_decode_config(family, device_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
-                                s_q=s_q, backend=_BACKEND)
+    fp8 = kv is not None and kv.is_fp8
+    arch = device_arch(device_id)
+    if fp8 and arch in ("sm_80", "sm_86"):
+        raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
+                         f"{arch} (use a bf16/fp16 cache)")
+    return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
+                                backend=None if fp8 else _BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
+                                scale_block_size=kv.scale_block_size if fp8 else None)
 
 
 _plans: dict[tuple, DecodePlan] = {}
@@ -60,23 +74,38 @@ _plans_lock = threading.Lock()
 
 
 def plan_for(config: DecodeConfig, device_id: int) -> DecodePlan:
-    """The variant's plan on the device: compiled (through the cache) and loaded once."""
+    """The variant's plan on the device: compiled (through the cache) and loaded once. The cold
+    path runs with Python's cycle collector paused: it allocates enough to trigger a collection,
+    and a collection inside a caller's global-mode graph capture may destroy unrelated dead CUDA
+    objects (a CUDA graph, a stream), which invalidates that capture."""
     key = (config, device_id)
     plan = _plans.get(key)
     if plan is None:
-        with _plans_lock:
+        with _plans_lock, _gc_paused():
             plan = _plans.get(key)
             if plan is None:
                 plan = _plans[key] = DecodePlan(Variant(config), device_id)
     return plan
 
 
+@contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _check_config(cfg: DecodeConfig, shape: CallShape) -> None:
     """A pinned config must match the call's shapes and run on the device."""
     from .device import runs_on
 
-    want = {"family": shape.family, "q_dtype": shape.dtype, "kv_dtype": shape.dtype, "page_size": shape.page_size,
-            "head_dim_qk": shape.head_dim}
+    kv = shape.kv_format
+    want = {"family": shape.family, "q_dtype": shape.dtype, "kv_dtype": kv.kv_dtype, "scale_mode": kv.scale_mode,
+            "scale_block_size": kv.scale_block_size, "page_size": shape.page_size, "head_dim_qk": shape.head_dim}
     if shape.family == "gqa_decode":
         want["heads_per_cta"] = shape.group
     for field, value in want.items():
@@ -179,7 +208,8 @@ def _bind_torch():
 class _Prepared:
     """A validated call signature: its shape, plan, launch sizes and what the hot path allocates."""
 
-    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale_log2", "sizes", "torch_device", "out_dtype")
+    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale_log2", "sizes", "torch_device", "out_dtype",
+                 "scaled")
 
     def __init__(self, shape: CallShape, plan: DecodePlan) -> None:
         self.shape, self.plan = shape, plan
@@ -189,6 +219,7 @@ class _Prepared:
         self.sizes = (shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads, shape.num_pages,
                       shape.max_pages, self.geometry)
         self.torch_device = self.out_dtype = None
+        self.scaled = plan.takes_scales  # fp8: the kernel takes the scale arguments
         if _torch is not None:
             self.torch_device = _torch.device("cuda", shape.device_id)
             self.out_dtype = {"bf16": _torch.bfloat16, "fp16": _torch.float16}[shape.dtype]
@@ -196,6 +227,13 @@ class _Prepared:
 
 def _torch_facts(t):
     return (t.dtype, t.shape, t.get_device(), t.is_contiguous())
+
+
+def _scale_facts(x):
+    """A scale argument's part of a call signature: its kind, and a tensor's facts."""
+    if x is None or isinstance(x, (int, float)):
+        return type(x)
+    return _torch_facts(x)
 
 
 class _Runner:
@@ -207,37 +245,52 @@ class _Runner:
         self.family = family
         self._seen: dict[tuple, _Prepared] = {}
 
-    def _prepare(self, q, k, v, bt, sl, out, lse, plan_source, sig):
-        shape, views = validate(self.family, q, k, v, bt, sl, out, lse)
-        prepared = _Prepared(shape, plan_source.plan(shape))
+    def _prepare(self, q, k, v, bt, sl, out, lse, plan_source, sig, scales):
+        """The cold path of a new signature (checks, variant choice, compile and load): run with the
+        cycle collector paused (see plan_for), so that a first call inside a caller's capture does
+        not set off a collection of unrelated dead CUDA objects there."""
+        with _gc_paused():
+            shape, views = validate(self.family, q, k, v, bt, sl, out, lse, scales)
+            prepared = _Prepared(shape, plan_source.plan(shape))
         if sig is not None and len(self._seen) < self.MAX_SIGNATURES:
             self._seen[sig] = prepared
         return prepared, views
 
     def call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
-             workspace=None):
+             workspace=None, scales=None):
+        """`scales`: None, or the scale arguments by name ({'kv_scale': ..} or {'k_scale': .., 'v_scale': ..})."""
         T = _torch
         if T is None and type(q).__module__.startswith("torch"):
             T = _bind_torch()
         if T is not None and isinstance(q, T.Tensor):
             return self._torch_call(T, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs,
-                                    plan_source, workspace)
+                                    plan_source, workspace, scales)
         return self._generic_call(q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs,
-                                  plan_source, workspace)
+                                  plan_source, workspace, scales)
+
+    @staticmethod
+    def _scale_args(prep, scales):
+        """The fp8 kernel's scale arguments (the packed fp8_ds_mla layout passes none: its kernel
+        reads the scales in the tokens)."""
+        if scales is None:
+            return scale_values(None, None)
+        vals = tuple(scales.values())
+        return scale_values(vals[0], vals[-1])
 
     def _torch_call(self, T, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
-                    workspace):
+                    workspace, scales):
         """The hot path for torch tensors: one tuple of tensor facts decides whether the checks ran."""
         try:
             sig = (plan_source.key, _torch_facts(q), _torch_facts(k), None if v is k else _torch_facts(v),
                    _torch_facts(bt), _torch_facts(sl), None if out is None else _torch_facts(out),
-                   None if lse is None else _torch_facts(lse))
+                   None if lse is None else _torch_facts(lse),
+                   None if scales is None else tuple(_scale_facts(x) for x in scales.values()))
         except (AttributeError, TypeError):  # an argument that is not a torch tensor: full checks below
             sig = None
         prep = self._seen.get(sig) if sig is not None else None
         views = None
         if prep is None:
-            prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, sig)
+            prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, sig, scales)
         shape = prep.shape
         dev = shape.device_id
         if out is None:
@@ -246,29 +299,30 @@ class _Runner:
             lse = T.empty(shape.lse_shape, dtype=T.float32, device=prep.torch_device)
         handle = T._C._cuda_getCurrentRawStream(dev) if stream is None else _stream_handle(stream, q, dev)
         if check_inputs or (check_inputs is None and _DEBUG):
-            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
+            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle, scales)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
         scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(), out.data_ptr(), lse.data_ptr())
         causal_flag = 1 if causal and shape.s_q > 1 else 0
+        kv_scales = self._scale_args(prep, scales) if prep.scaled else None
         plan = prep.plan
         if plan.launcher.platform == "cuda" and T._C._cuda_getDevice() != dev:
             with on_device(dev):  # the tensors' device, whatever the caller's current one is
-                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
+                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
             return out, lse
         try:
-            plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
+            plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
         except LaunchError as err:  # a thread that never made a context current (torch binds one lazily)
             if "INVALID_CONTEXT" not in str(err):
                 raise
             with on_device(dev):
-                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
+                plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
         return out, lse
 
     def _generic_call(self, q, k, v, bt, sl, out, lse, softmax_scale, causal, stream, check_inputs, plan_source,
-                      workspace):
+                      workspace, scales):
         """DLPack / __cuda_array_interface__ tensors (cupy, ...): full checks every call."""
-        prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, None)
+        prep, views = self._prepare(q, k, v, bt, sl, out, lse, plan_source, None, scales)
         shape = prep.shape
         dev = shape.device_id
         if out is None:
@@ -277,22 +331,23 @@ class _Runner:
             lse = _empty(q, shape.lse_shape, "fp32", dev)
         handle = _stream_handle(stream, q, dev)
         if check_inputs or (check_inputs is None and _DEBUG):
-            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle)
+            self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle, scales)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
         scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = tuple(_ptr(x) for x in (q, k, v, bt, sl, out, lse))
         causal_flag = 1 if causal and shape.s_q > 1 else 0
+        kv_scales = self._scale_args(prep, scales) if prep.scaled else None
         if prep.plan.launcher.platform == "cuda":
             with on_device(dev):
-                prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
+                prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
         else:
-            prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle)
+            prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
         return out, lse
 
-    def _debug_checks(self, prep, views, q, k, v, bt, sl, out, lse, handle) -> None:
+    def _debug_checks(self, prep, views, q, k, v, bt, sl, out, lse, handle, scales=None) -> None:
         """The debug mode's host-side range checks (they synchronise; skipped while capturing)."""
         if views is None:
-            _, views = validate(self.family, q, k, v, bt, sl, out, lse)
+            _, views = validate(self.family, q, k, v, bt, sl, out, lse, scales)
         if not _is_capturing(q, handle):
             check_ranges_on_host(prep.shape, views[3], views[4])
 
@@ -318,7 +373,7 @@ class _SelectedPlans:
             _check_config(self.config, shape)
             return plan_for(self.config, shape.device_id)
         cfg = select_config(shape.family, shape.dtype, shape.page_size, shape.group, shape.head_dim, shape.s_q,
-                            shape.device_id)
+                            shape.device_id, shape.kv)
         return plan_for(cfg, shape.device_id)
 
 
@@ -333,25 +388,26 @@ def _pinned(config: DecodeConfig) -> _SelectedPlans:
 
 def _mla_decode_impl(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
                      out=None, lse=None, stream=None, check_inputs=None, config=None):
-    if kv_scale is not None:
-        check_scale_args(kv_scale=kv_scale)
     return _MLA.call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config), None,
+                     None if kv_scale is None else {"kv_scale": kv_scale})
 
 
 def _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False,
                      k_scale=None, v_scale=None, out=None, lse=None, stream=None, check_inputs=None, config=None):
-    if k_scale is not None or v_scale is not None:
-        check_scale_args(k_scale=k_scale, v_scale=v_scale)
     return _GQA.call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config), None,
+                     None if k_scale is None and v_scale is None else {"k_scale": k_scale, "v_scale": v_scale})
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
                out=None, lse=None, stream=None, check_inputs=None, config: DecodeConfig | None = None):
     """DeepSeek-style MLA decode over a paged latent cache.
 
-    q [B, s_q, H, 576] bf16/fp16; kv_cache [num_pages, page_size, 576] (or [.., 1, 576]), same dtype;
+    q [B, s_q, H, 576] bf16/fp16; kv_cache [num_pages, page_size, 576] (or [.., 1, 576]), same dtype,
+    or an fp8 cache (docs/fp8.md): float8_e4m3fn with `kv_scale` (a float, a 1-element fp32 device
+    tensor, or block scales [num_pages, page_size, ceil(576 / block)]), or the packed uint8
+    fp8_ds_mla cache [num_pages, page_size, 656] (no kv_scale; `kvforge.quantize_kv` makes each);
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out [B, s_q, H, 512],
     lse [B, H, s_q] fp32, natural log). Never synchronises: out-of-range lengths or pages give
     NaN rows and an error `kvforge.check_errors()` raises. `check_inputs=True` (or KVFORGE_DEBUG=1)
@@ -362,10 +418,9 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
         return torch_ops.mla_decode_op(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
                                        causal=causal, kv_scale=kv_scale, out=out, lse=lse, stream=stream,
                                        check_inputs=check_inputs, config=config)
-    if kv_scale is not None:
-        check_scale_args(kv_scale=kv_scale)
     return _MLA.call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config), None,
+                     None if kv_scale is None else {"kv_scale": kv_scale})
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
@@ -374,7 +429,9 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
     """MHA/GQA/MQA decode over paged K and V caches.
 
     q [B, Hq, D] or [B, s_q, Hq, D] bf16/fp16 with D in {64, 128, 256}; k_cache, v_cache
-    [num_pages, page_size, Hkv, D], same dtype, Hq % Hkv == 0 and Hq / Hkv in {1, 2, 4, 8, 16};
+    [num_pages, page_size, Hkv, D], same dtype (or float8_e4m3fn with `k_scale` and `v_scale`: per-tensor
+    floats or 1-element fp32 device tensors, or block scales [num_pages, page_size, Hkv, ceil(D / block)]),
+    Hq % Hkv == 0 and Hq / Hkv in {1, 2, 4, 8, 16};
     block_table [B, max_pages] int32; cache_seqlens [B] int32. Returns (out shaped like q,
     lse [B, Hq, s_q] fp32, natural log). `check_inputs` and `config` as for mla_decode.
     """
@@ -382,10 +439,9 @@ def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale
         return torch_ops.gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
                                        causal=causal, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
                                        stream=stream, check_inputs=check_inputs, config=config)
-    if k_scale is not None or v_scale is not None:
-        check_scale_args(k_scale=k_scale, v_scale=v_scale)
     return _GQA.call(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config))
+                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config), None,
+                     None if k_scale is None and v_scale is None else {"k_scale": k_scale, "v_scale": v_scale})
 
 
 # ---- plan/run objects for engines ------------------------------------------------------------------
@@ -403,13 +459,38 @@ class _FixedPlan:
         return owner.plan
 
 
+def _fp8_format(family: str, fp8_layout: str | None, scale_block_size: int | None, head_dim: int) -> KVFormat | None:
+    """The KVFormat a plan object is built for (None: a 16-bit cache); a block size is named as the
+    calls' scale shapes name it (the largest with the same ceil(D / block))."""
+    layouts = ("per_tensor", "block") + (("fp8_ds_mla",) if family == "mla_decode" else ())
+    if fp8_layout is None:
+        if scale_block_size is not None:
+            raise ValueError(f"scale_block_size={scale_block_size}: only with fp8_layout='block'")
+        return None
+    if fp8_layout not in layouts:
+        raise ValueError(f"fp8_layout={fp8_layout!r}: supported {', '.join(map(repr, layouts))} (or None for a "
+                         "bf16/fp16 cache)")
+    if (fp8_layout == "block") != (scale_block_size is not None):
+        raise ValueError(f"scale_block_size={scale_block_size}: required (one of "
+                         f"{', '.join(map(str, policy.SCALE_BLOCK_SIZES))}) exactly when fp8_layout='block'")
+    if scale_block_size is not None and scale_block_size not in policy.SCALE_BLOCK_SIZES:
+        raise ValueError(f"scale_block_size={scale_block_size}: supported "
+                         f"{', '.join(map(str, policy.SCALE_BLOCK_SIZES))}")
+    if scale_block_size is not None:
+        blocks = -(-head_dim // scale_block_size)
+        scale_block_size = max(bs for bs in policy.SCALE_BLOCK_SIZES if -(-head_dim // bs) == blocks)
+    return KVFormat("fp8_e4m3", fp8_layout, scale_block_size)
+
+
 class _DecodeObject:
     family = ""
 
     def __init__(self, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str,
-                 max_batch: int, s_q: int, device: int, config: DecodeConfig | None) -> None:
+                 max_batch: int, s_q: int, device: int, config: DecodeConfig | None, fp8_layout: str | None = None,
+                 scale_block_size: int | None = None) -> None:
         if dtype not in ("bf16", "fp16"):
             raise ValueError(f"dtype={dtype!r}: supported 'bf16', 'fp16'")
+        kv = _fp8_format(self.family, fp8_layout, scale_block_size, head_dim)
         if page_size not in policy.PAGE_SIZES:
             raise ValueError(f"page_size={page_size}; supported: {', '.join(map(str, policy.PAGE_SIZES))}")
         if not 1 <= s_q <= policy.MAX_S_Q:
@@ -419,10 +500,10 @@ class _DecodeObject:
         self.device_id = device.index if hasattr(device, "index") and device.index is not None else int(device or 0)
         self.max_batch, self.s_q = max_batch, s_q
         self._shape = CallShape(self.family, self.device_id, dtype, max_batch, s_q, num_q_heads, num_kv_heads,
-                                head_dim, page_size, 1, 1, (), ())
+                                head_dim, page_size, 1, 1, (), (), kv)
         group = self._shape.group
         if config is None:
-            config = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id)
+            config = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv)
         else:
             _check_config(config, self._shape)
         self.config = config
@@ -436,7 +517,7 @@ class _DecodeObject:
 
     def _check_shape(self, shape: CallShape) -> None:
         want = self._shape
-        for field in ("dtype", "page_size", "num_q_heads", "num_kv_heads", "head_dim", "device_id"):
+        for field in ("dtype", "kv_format", "page_size", "num_q_heads", "num_kv_heads", "head_dim", "device_id"):
             if getattr(shape, field) != getattr(want, field):
                 raise ValueError(f"{field}={getattr(shape, field)!r} does not match this {type(self).__name__}, "
                                  f"planned for {getattr(want, field)!r}")
@@ -454,9 +535,10 @@ class _DecodeObject:
             self._workspace = DeviceBuffer(self.device_id, 4 * self._workspace_floats)
         return self._workspace.ptr
 
-    def _run(self, q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream, check_inputs):
+    def _run(self, q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream, check_inputs,
+             scales=None):
         return self._runner.call(q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                                 check_inputs, self._source, self._workspace_ptr)
+                                 check_inputs, self._source, self._workspace_ptr, scales)
 
 
 class MLADecode(_DecodeObject):
@@ -467,22 +549,26 @@ class MLADecode(_DecodeObject):
 
     The variant is chosen, compiled and loaded and the split workspace allocated here; `run`
     checks the tensors (once per signature), writes pointers and launches. One object per stream:
-    concurrent runs of one object on different streams would share its workspace.
+    concurrent runs of one object on different streams would share its workspace. `fp8_layout`
+    ('per_tensor', 'block' with `scale_block_size`, or 'fp8_ds_mla') plans for an fp8 cache
+    (docs/fp8.md); `run` then takes `kv_scale` as mla_decode does.
     """
 
     family = "mla_decode"
 
     def __init__(self, num_heads: int, page_size: int, dtype: str = "bf16", *, max_batch: int, s_q: int = 1,
-                 device=0, config: DecodeConfig | None = None) -> None:
+                 device=0, config: DecodeConfig | None = None, fp8_layout: str | None = None,
+                 scale_block_size: int | None = None) -> None:
         if not 1 <= num_heads <= policy.MLA_MAX_HEADS:
             raise ValueError(f"num_heads={num_heads}: MLA decode supports 1..{policy.MLA_MAX_HEADS}")
         super().__init__(num_q_heads=num_heads, num_kv_heads=1, head_dim=policy.MLA_DIMS[0], page_size=page_size,
-                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config)
+                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config,
+                         fp8_layout=fp8_layout, scale_block_size=scale_block_size)
 
     def run(self, q, kv_cache, block_table, cache_seqlens, *, out=None, lse=None, softmax_scale=None, causal=False,
-            stream=None, check_inputs=None):
+            kv_scale=None, stream=None, check_inputs=None):
         return self._run(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                         check_inputs)
+                         check_inputs, None if kv_scale is None else {"kv_scale": kv_scale})
 
 
 class GQADecode(_DecodeObject):
@@ -491,16 +577,19 @@ class GQADecode(_DecodeObject):
     family = "gqa_decode"
 
     def __init__(self, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str = "bf16", *,
-                 max_batch: int, s_q: int = 1, device=0, config: DecodeConfig | None = None) -> None:
+                 max_batch: int, s_q: int = 1, device=0, config: DecodeConfig | None = None,
+                 fp8_layout: str | None = None, scale_block_size: int | None = None) -> None:
         if head_dim not in policy.GQA_HEAD_DIMS:
             raise ValueError(f"head_dim={head_dim}; supported: {', '.join(map(str, policy.GQA_HEAD_DIMS))}")
         if num_kv_heads < 1 or num_q_heads % num_kv_heads or num_q_heads // num_kv_heads not in policy.GQA_GROUPS:
             raise ValueError(f"num_q_heads={num_q_heads}, num_kv_heads={num_kv_heads}: the group must be one of "
                              f"{', '.join(map(str, policy.GQA_GROUPS))}")
         super().__init__(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
-                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config)
+                         dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config,
+                         fp8_layout=fp8_layout, scale_block_size=scale_block_size)
 
     def run(self, q, k_cache, v_cache, block_table, cache_seqlens, *, out=None, lse=None, softmax_scale=None,
-            causal=False, stream=None, check_inputs=None):
+            causal=False, k_scale=None, v_scale=None, stream=None, check_inputs=None):
+        scales = None if k_scale is None and v_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
         return self._run(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                         check_inputs)
+                         check_inputs, scales)

@@ -23,6 +23,7 @@ DEBUG_BARRIERS = os.environ.get("KVFORGE_DEBUG_BARRIERS") == "1"
 # The main kernel's arguments a call writes, in this order (the rest follow from the contract).
 CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
              "num_q_heads", "num_kv_heads", "num_pages", "max_pages", "num_splits", "scale_log2", "causal")
+SCALE_ARGS = ("k_scale", "v_scale", "k_scale_value", "v_scale_value")  # fp8 main kernels only
 COMBINE_ARGS = ("part_o", "part_lse", "seqlens", "out", "lse", "s_q", "num_q_heads", "num_splits")
 
 
@@ -86,6 +87,9 @@ class DecodePlan:
             self._map_ptr = self._map_pages = None
         self._stream_workspaces: dict[tuple, object] = {}
         self._last_sizes = None
+        # fp8: the scale arguments (k_scale, v_scale pointers, then their values)
+        self.takes_scales = "k_scale" in m.index
+        self._scale_slots = [m.slots[m.index[n]] for n in SCALE_ARGS] if self.takes_scales else None
 
     def stream_workspace(self, stream: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> int:
         """A workspace for split calls on `stream`, allocated once per (stream, s_q, heads) and
@@ -131,11 +135,12 @@ class DecodePlan:
         return batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
 
     def launch_packed(self, sizes: tuple, ptrs: tuple, workspace: int, scale_log2: float, causal: int,
-                      stream: int) -> None:
+                      stream: int, kv_scales: tuple | None = None) -> None:
         """The hot path. `sizes` = (batch, s_q, num_q_heads, num_kv_heads, num_pages, max_pages,
         geometry) is written into the packed arguments only when it differs from the previous
         call's (the same tuple object for a repeated signature); the pointers, scale and causal
-        flag every call."""
+        flag every call, and for fp8 kernels `kv_scales` = (k_scale pointer, v_scale pointer,
+        k value, v value)."""
         batch, s_q, nq, nkv, num_pages, max_pages, (splits, main_grid, comb_grid) = sizes
         q, k, v, bt, sl, out, lse = ptrs
         part_lse = workspace
@@ -151,6 +156,12 @@ class DecodePlan:
             m[0].value, m[1].value, m[2].value, m[3].value, m[4].value = q, k, v, bt, sl
             m[5].value, m[6].value, m[7].value, m[8].value = out, lse, part_o, part_lse
             m[15].value, m[16].value = scale_log2, causal
+            if self._scale_slots is not None:
+                if kv_scales is None:
+                    raise ValueError(f"{self.variant.name}: an fp8 kernel needs its scales (kv_scale, or k_scale and "
+                                     "v_scale)")
+                for slot, val in zip(self._scale_slots, kv_scales):
+                    slot.value = val
             if self._kv_maps is not None and (k != self._map_ptr or num_pages != self._map_pages):
                 ctypes.memmove(self._map_slot, self._kv_maps.get(k, num_pages), 128)
                 self._map_ptr, self._map_pages = k, num_pages

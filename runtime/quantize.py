@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 
 E4M3_MAX = 448.0
-SCALE_BLOCK_SIZES = (32, 64, 128)
+from kvforge.codegen.policy import DS_MLA_LATENT, DS_MLA_SCALE_BLOCK as DS_MLA_BLOCK, SCALE_BLOCK_SIZES
+from kvforge.codegen.policy import DS_MLA_TOKEN_BYTES as DS_MLA_BYTES  # 512 e4m3 + 4 x fp32 + 64 x bf16
+
 LAYOUTS = ("per_tensor", "block", "fp8_ds_mla")
-DS_MLA_BYTES = 656  # 512 e4m3 + 4 x fp32 scales + 64 x bf16 rope
-DS_MLA_LATENT, DS_MLA_ROPE, DS_MLA_BLOCK = 512, 64, 128
+DS_MLA_ROPE = 64
 
 
 def _torch():

@@ -86,14 +86,16 @@ def register():
     # ---- MLA ---------------------------------------------------------------------------------
     @torch.library.custom_op("kvforge::mla_decode", mutates_args=(), device_types="cuda")
     def mla_decode(q: Tensor, kv_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
-                   softmax_scale: float | None = None, causal: bool = False,
-                   check_inputs: bool = True) -> tuple[Tensor, Tensor]:
+                   softmax_scale: float | None = None, causal: bool = False, check_inputs: bool = True,
+                   kv_scale: Tensor | None = None, kv_scale_value: float | None = None) -> tuple[Tensor, Tensor]:
         with on_device(q):
             return _impl("mla_decode")(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
-                                       causal=causal, check_inputs=check_inputs)
+                                       causal=causal, check_inputs=check_inputs,
+                                       kv_scale=_scale(kv_scale, kv_scale_value))
 
     @mla_decode.register_fake
-    def _(q, kv_cache, block_table, cache_seqlens, softmax_scale=None, causal=False, check_inputs=True):
+    def _(q, kv_cache, block_table, cache_seqlens, softmax_scale=None, causal=False, check_inputs=True,
+          kv_scale=None, kv_scale_value=None):
         _fake_check("mla_decode", q, (4,))
         b, s_q, h, _ = q.shape
         return q.new_empty((b, s_q, h, MLA_DV)), q.new_empty((b, h, s_q), dtype=torch.float32)
@@ -101,27 +103,33 @@ def register():
     @torch.library.custom_op("kvforge::mla_decode_out", mutates_args=("out", "lse"), device_types="cuda")
     def mla_decode_out(q: Tensor, kv_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor, out: Tensor,
                        lse: Tensor, softmax_scale: float | None = None, causal: bool = False,
-                       check_inputs: bool = True) -> None:
+                       check_inputs: bool = True, kv_scale: Tensor | None = None,
+                       kv_scale_value: float | None = None) -> None:
         with on_device(q):
             _impl("mla_decode")(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale, causal=causal,
-                                out=out, lse=lse, check_inputs=check_inputs)
+                                out=out, lse=lse, check_inputs=check_inputs,
+                                kv_scale=_scale(kv_scale, kv_scale_value))
 
     @mla_decode_out.register_fake
-    def _(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale=None, causal=False, check_inputs=True):
+    def _(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale=None, causal=False, check_inputs=True,
+          kv_scale=None, kv_scale_value=None):
         _fake_check("mla_decode_out", q, (4,))
         return None
 
     # ---- GQA ---------------------------------------------------------------------------------
     @torch.library.custom_op("kvforge::gqa_decode", mutates_args=(), device_types="cuda")
     def gqa_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
-                   softmax_scale: float | None = None, causal: bool = False,
-                   check_inputs: bool = True) -> tuple[Tensor, Tensor]:
+                   softmax_scale: float | None = None, causal: bool = False, check_inputs: bool = True,
+                   k_scale: Tensor | None = None, k_scale_value: float | None = None,
+                   v_scale: Tensor | None = None, v_scale_value: float | None = None) -> tuple[Tensor, Tensor]:
         with on_device(q):
             return _impl("gqa_decode")(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
-                                       causal=causal, check_inputs=check_inputs)
+                                       causal=causal, check_inputs=check_inputs,
+                                       k_scale=_scale(k_scale, k_scale_value), v_scale=_scale(v_scale, v_scale_value))
 
     @gqa_decode.register_fake
-    def _(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=None, causal=False, check_inputs=True):
+    def _(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=None, causal=False, check_inputs=True,
+          k_scale=None, k_scale_value=None, v_scale=None, v_scale_value=None):
         _fake_check("gqa_decode", q, (3, 4))
         s_q = 1 if q.dim() == 3 else q.shape[1]
         return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[-2], s_q), dtype=torch.float32)
@@ -129,14 +137,16 @@ def register():
     @torch.library.custom_op("kvforge::gqa_decode_out", mutates_args=("out", "lse"), device_types="cuda")
     def gqa_decode_out(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
                        out: Tensor, lse: Tensor, softmax_scale: float | None = None, causal: bool = False,
-                       check_inputs: bool = True) -> None:
+                       check_inputs: bool = True, k_scale: Tensor | None = None, k_scale_value: float | None = None,
+                       v_scale: Tensor | None = None, v_scale_value: float | None = None) -> None:
         with on_device(q):
             _impl("gqa_decode")(q, k_cache, v_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
-                                causal=causal, out=out, lse=lse, check_inputs=check_inputs)
+                                causal=causal, out=out, lse=lse, check_inputs=check_inputs,
+                                k_scale=_scale(k_scale, k_scale_value), v_scale=_scale(v_scale, v_scale_value))
 
     @gqa_decode_out.register_fake
     def _(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, softmax_scale=None, causal=False,
-          check_inputs=True):
+          check_inputs=True, k_scale=None, k_scale_value=None, v_scale=None, v_scale_value=None):
         _fake_check("gqa_decode_out", q, (3, 4))
         return None
 
@@ -171,20 +181,37 @@ def _unsupported_under_compile(**kwargs) -> None:
     for name, value in kwargs.items():
         if value is not None:
             raise ValueError(f"{name}: not supported inside torch.compile (the op runs on torch's current "
-                             f"stream with the built-in variant choice and bf16/fp16 KV); got {value!r}")
+                             f"stream with the built-in variant choice); got {value!r}")
+
+
+def _scale(tensor, value):
+    """An fp8 scale argument back from the op's two slots (a tensor, or a Python number)."""
+    return tensor if tensor is not None else value
+
+
+def _split_scale(name: str, x):
+    """An fp8 scale argument as the op's (tensor, value) slots: a tensor (per-tensor or block
+    scales) or a Python number; None for a 16-bit cache."""
+    if x is None:
+        return None, None
+    if isinstance(x, bool) or not isinstance(x, (int, float)) and not hasattr(x, "dtype"):
+        raise TypeError(f"{name}: expected a float or a float32 tensor, got {type(x).__name__}")
+    return (None, float(x)) if isinstance(x, (int, float)) else (x, None)
 
 
 def mla_decode_op(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
                   out=None, lse=None, stream=None, check_inputs=True, config=None):
     """kvforge.mla_decode through the registered op: what the public function returns while
     torch.compile traces it. Same arguments and result as kvforge.mla_decode; `stream`, `config`
-    and `kv_scale` must be None (ValueError naming the argument). With `out` and/or `lse` the
-    out-variant writes them (a missing one is allocated) and they are returned."""
-    _unsupported_under_compile(stream=stream, config=config, kv_scale=kv_scale)
+    must be None (ValueError naming the argument); an fp8 cache's `kv_scale` (a tensor or a float)
+    goes into the op. With `out` and/or `lse` the out-variant writes them (a missing one is
+    allocated) and they are returned."""
+    _unsupported_under_compile(stream=stream, config=config)
     ops = _ops or register()
     scale = None if softmax_scale is None else float(softmax_scale)
+    ks = _split_scale("kv_scale", kv_scale)
     if out is None and lse is None:
-        return ops.mla_decode(q, kv_cache, block_table, cache_seqlens, scale, bool(causal), bool(check_inputs))
+        return ops.mla_decode(q, kv_cache, block_table, cache_seqlens, scale, bool(causal), bool(check_inputs), *ks)
     import torch
 
     if q.dim() != 4:
@@ -194,20 +221,22 @@ def mla_decode_op(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None
         out = q.new_empty((b, s_q, h, MLA_DV))
     if lse is None:
         lse = q.new_empty((b, h, s_q), dtype=torch.float32)
-    ops.mla_decode_out(q, kv_cache, block_table, cache_seqlens, out, lse, scale, bool(causal), bool(check_inputs))
+    ops.mla_decode_out(q, kv_cache, block_table, cache_seqlens, out, lse, scale, bool(causal), bool(check_inputs),
+                       *ks)
     return out, lse
 
 
 def gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False,
                   k_scale=None, v_scale=None, out=None, lse=None, stream=None, check_inputs=True, config=None):
-    """kvforge.gqa_decode through the registered op (see mla_decode_op); `k_scale`, `v_scale`,
-    `stream` and `config` must be None."""
-    _unsupported_under_compile(stream=stream, config=config, k_scale=k_scale, v_scale=v_scale)
+    """kvforge.gqa_decode through the registered op (see mla_decode_op); `stream` and `config`
+    must be None; `k_scale` / `v_scale` go into the op."""
+    _unsupported_under_compile(stream=stream, config=config)
     ops = _ops or register()
     scale = None if softmax_scale is None else float(softmax_scale)
+    ks, vs = _split_scale("k_scale", k_scale), _split_scale("v_scale", v_scale)
     if out is None and lse is None:
         return ops.gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, scale, bool(causal),
-                              bool(check_inputs))
+                              bool(check_inputs), *ks, *vs)
     import torch
 
     if q.dim() not in (3, 4):
@@ -218,5 +247,5 @@ def gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_sc
     if lse is None:
         lse = q.new_empty((q.shape[0], q.shape[-2], s_q), dtype=torch.float32)
     ops.gqa_decode_out(q, k_cache, v_cache, block_table, cache_seqlens, out, lse, scale, bool(causal),
-                       bool(check_inputs))
+                       bool(check_inputs), *ks, *vs)
     return out, lse

@@ -1,7 +1,7 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
     python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|poisoned_<family>|poisoned_mla_decode_sm90|
-                            selftest_<arrive|expect_tx>_<thread|warp>
+                            fp8_<per_tensor|block|fp8_ds_mla>|selftest_<arrive|expect_tx>_<thread|warp>
 
 Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
 several times, in a batch whose long sequences are split on the device, next to lengths 1 and
@@ -85,6 +85,24 @@ def poisoned_case(family, heads=16):
         raise AssertionError("the error record stayed empty")
 
 
+def fp8_case(layout):
+    """fp8 caches: MLA at 16 heads and GQA (group 4, D 128) in `layout` (block: 64-wide scales),
+    with a split sequence whose tiles lap both rings (load ring and MMA ring) many times."""
+    lens = [1500, 40, 1]
+    block = 64 if layout == "block" else None
+    case = make_case("mla_decode", batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=7)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+    out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks)
+    assert not bool(torch.isnan(out).any())
+    if layout == "fp8_ds_mla":
+        return
+    case = make_case("gqa_decode", batch=3, s_q=2, hq=16, hkv=4, d=128, page_size=16, lens=lens, seed=8)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+    v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
+    out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=True, k_scale=ks, v_scale=vs)
+    assert not bool(torch.isnan(out).any())
+
+
 def selftest_case(fill, arrive):
     from kvforge.codegen.variant import variant_from_dict
     from kvforge.runtime.selftest import launch_pipeline_selftest, reference_sums
@@ -105,6 +123,8 @@ def selftest_case(fill, arrive):
 what = sys.argv[1]
 if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
+elif what.startswith("fp8_"):
+    fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":
     sm90_case()
 elif what == "poisoned_mla_decode_sm90":

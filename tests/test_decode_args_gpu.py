@@ -41,13 +41,14 @@ def test_mla_wrong_dtypes(mla):
 
     with pytest.raises(TypeError, match=r"^q: dtype must be bf16 or fp16, got fp32"):
         _mla(mla, q=mla.q.float())
-    with pytest.raises(TypeError, match=r"^kv_cache: dtype must match q \(bf16\), got fp16"):
+    with pytest.raises(TypeError, match=r"^kv_cache: dtype must be bf16 \(q's\) or float8_e4m3fn \(with scales\), "
+                                        r"or uint8 \[.., 656\] \(MLA fp8_ds_mla\), got fp16"):
         _mla(mla, kv_cache=mla.k.half())
     with pytest.raises(TypeError, match=r"^block_table: dtype must be int32, got int64"):
         _mla(mla, block_table=mla.block_table.long())
     with pytest.raises(TypeError, match=r"^cache_seqlens: dtype must be int32"):
         _mla(mla, cache_seqlens=mla.seqlens.to(torch.int64))
-    with pytest.raises(TypeError, match=r"^kv_cache: fp8_e4m3 KV caches are not supported yet"):
+    with pytest.raises(ValueError, match=r"^kv_scale: required for a float8_e4m3fn kv_cache: a float, a 1-element"):
         _mla(mla, kv_cache=mla.k.to(torch.float8_e4m3fn))
 
 
@@ -80,7 +81,7 @@ def test_mla_device_strides_and_outputs(mla):
         _mla(mla, out=torch.empty(2, 1, 16, 576, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match=r"^lse: dtype must be fp32"):
         _mla(mla, lse=torch.empty(2, 16, 1, dtype=torch.bfloat16, device="cuda"))
-    with pytest.raises(ValueError, match=r"^kv_scale: scales apply to fp8_e4m3 KV caches"):
+    with pytest.raises(ValueError, match=r"^kv_scale: scales apply to float8_e4m3fn KV caches; pass None for a bf16"):
         _mla(mla, kv_scale=1.0)
 
 
@@ -132,3 +133,47 @@ def test_no_launch_happens_on_a_rejected_call(gqa):
         _gqa(gqa, out=out, q=gqa.q[..., :96].contiguous())
     torch.cuda.synchronize()
     assert bool((out == 7.0).all())
+
+
+def test_fp8_scale_errors(mla, gqa):
+    """Scales with the wrong shape, dtype or device, an fp8 cache without scales, a scale for a
+    16-bit or a packed cache, a packed cache for GQA: each a clear error before any launch."""
+    import torch
+
+    import kvforge
+
+    k8 = mla.k.to(torch.float8_e4m3fn)
+    pages, ps, _ = k8.shape
+    with pytest.raises(ValueError, match=r"^kv_scale: block scales of kv_cache \(\d+, 64, 576\) must have shape "
+                                         r"\(\d+, 64, 18\) or \(\d+, 64, 9\) or \(\d+, 64, 5\).*got \(\d+, 64, 7\)"):
+        _mla(mla, kv_cache=k8, kv_scale=torch.ones(pages, ps, 7, device="cuda"))
+    with pytest.raises(TypeError, match=r"^kv_scale: dtype must be fp32, got bf16"):
+        _mla(mla, kv_cache=k8, kv_scale=torch.ones(1, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match=r"^kv_scale: must live on a CUDA device"):
+        _mla(mla, kv_cache=k8, kv_scale=torch.ones(1))
+    with pytest.raises(ValueError, match=r"^kv_scale: a per-tensor scale must be finite and non-zero, got nan"):
+        _mla(mla, kv_cache=k8, kv_scale=float("nan"))
+    packed, _ = kvforge.quantize_kv(mla.k.nan_to_num(), "fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"^kv_scale: an fp8_ds_mla cache carries its scales in each token"):
+        _mla(mla, kv_cache=packed, kv_scale=1.0)
+    with pytest.raises(ValueError, match=r"^kv_cache: last dimension must be 576, got shape"):
+        _mla(mla, kv_cache=k8[..., :512].contiguous(), kv_scale=1.0)
+
+    g8k, g8v = gqa.k.to(torch.float8_e4m3fn), gqa.v.to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"^v_scale: required for a float8_e4m3fn v_cache"):
+        _gqa(gqa, k_cache=g8k, v_cache=g8v, k_scale=1.0)
+    with pytest.raises(TypeError, match=r"^v_cache: dtype fp8_e4m3 differs from k_cache's bf16"):
+        _gqa(gqa, v_cache=g8v, k_scale=1.0, v_scale=1.0)
+    blocks = torch.ones(*g8k.shape[:-1], 2, device="cuda")
+    with pytest.raises(ValueError, match=r"^k_scale, v_scale: must be the same kind .* got per-tensor and block "
+                                         r"scales of 64"):
+        _gqa(gqa, k_cache=g8k, v_cache=g8v, k_scale=1.0, v_scale=blocks)
+    with pytest.raises(ValueError, match=r"^k_scale: scales apply to float8_e4m3fn KV caches"):
+        _gqa(gqa, k_scale=1.0, v_scale=1.0)
+    ds = torch.zeros(*gqa.k.shape[:-1], 656, dtype=torch.uint8, device="cuda")
+    with pytest.raises(TypeError, match=r"^k_cache: a uint8 cache of 656-byte tokens is the fp8_ds_mla layout of MLA"):
+        _gqa(gqa, k_cache=ds, v_cache=ds)
+    with pytest.raises(ValueError, match=r"^fp8_layout='fp8_ds_mla': supported 'per_tensor', 'block'"):
+        kvforge.GQADecode(8, 2, 128, 16, max_batch=2, fp8_layout="fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"^scale_block_size=None: required"):
+        kvforge.MLADecode(16, 64, max_batch=2, fp8_layout="block")

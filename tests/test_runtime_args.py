@@ -8,7 +8,8 @@ import ctypes
 import pytest
 
 from kvforge.codegen.matrix import load_matrix
-from kvforge.runtime.call_args import CallShape, _check_kv_dtype
+from kvforge.runtime.call_args import CallShape
+from kvforge.runtime.kv_format import KVFormat, cache_format, scale_values
 from kvforge.runtime.tensors import TensorArg
 
 
@@ -72,14 +73,64 @@ def test_streams_of_unknown_types_are_refused_by_name():
         _stream_handle("default", None, 0)
 
 
-@pytest.mark.parametrize("dtype,shape,needle", [
-    ("uint8", (10, 64, 656), r"kv_cache: an fp8_ds_mla cache \(uint8, 656-byte tokens\) is not supported"),
-    ("fp8_e4m3", (10, 64, 576), r"kv_cache: fp8_e4m3 KV caches are not supported yet"),
-    ("fp16", (10, 64, 576), r"kv_cache: dtype must match q \(bf16\), got fp16"),
+def _cache(dtype, shape, name="kv_cache"):
+    return TensorArg(name, 0, shape, dtype, 0, None)
+
+
+@pytest.mark.parametrize("family,caches,scales,want", [
+    ("mla_decode", [("bf16", (10, 64, 576))], {"kv_scale": None}, KVFormat("bf16")),
+    ("mla_decode", [("fp8_e4m3", (10, 64, 576))], {"kv_scale": 0.5}, KVFormat("fp8_e4m3", "per_tensor")),
+    ("mla_decode", [("uint8", (10, 64, 656))], {"kv_scale": None}, KVFormat("fp8_e4m3", "fp8_ds_mla")),
+    ("gqa_decode", [("fp8_e4m3", (10, 16, 8, 128)), ("fp8_e4m3", (10, 16, 8, 128))], {"k_scale": 2, "v_scale": 0.1},
+     KVFormat("fp8_e4m3", "per_tensor")),
 ])
-def test_kv_caches_the_kernels_cannot_read_get_a_clear_error(dtype, shape, needle):
-    with pytest.raises(TypeError, match=needle):
-        _check_kv_dtype(TensorArg("kv_cache", 0, shape, dtype, 0, None), "bf16")
+def test_the_cache_format_follows_dtypes_and_scales(family, caches, scales, want):
+    names = ["kv_cache"] if family == "mla_decode" else ["k_cache", "v_cache"]
+    args = tuple(_cache(d, s, n) for (d, s), n in zip(caches, names))
+    assert cache_format(family, args, "bf16", scales) == want
+
+
+@pytest.mark.parametrize("family,caches,scales,err,needle", [
+    ("mla_decode", [("fp16", (10, 64, 576))], {"kv_scale": None}, TypeError,
+     r"kv_cache: dtype must be bf16 \(q's\) or float8_e4m3fn \(with scales\), or uint8 \[.., 656\]"),
+    ("mla_decode", [("fp8_e4m3", (10, 64, 576))], {"kv_scale": None}, ValueError,
+     r"kv_scale: required for a float8_e4m3fn kv_cache: a float, a 1-element float32 device tensor"),
+    ("mla_decode", [("bf16", (10, 64, 576))], {"kv_scale": 1.0}, ValueError,
+     r"kv_scale: scales apply to float8_e4m3fn KV caches; pass None for a bf16 cache"),
+    ("mla_decode", [("uint8", (10, 64, 656))], {"kv_scale": 1.0}, ValueError,
+     r"kv_scale: an fp8_ds_mla cache carries its scales in each token"),
+    ("mla_decode", [("fp8_e4m3", (10, 64, 576))], {"kv_scale": 0.0}, ValueError,
+     r"kv_scale: a per-tensor scale must be finite and non-zero, got 0.0"),
+    ("gqa_decode", [("uint8", (10, 16, 8, 656)), ("uint8", (10, 16, 8, 656))], {"k_scale": None, "v_scale": None},
+     TypeError, r"k_cache: a uint8 cache of 656-byte tokens is the fp8_ds_mla layout of MLA caches"),
+    ("gqa_decode", [("fp8_e4m3", (10, 16, 8, 128)), ("fp8_e4m3", (10, 16, 8, 128))], {"k_scale": 1.0, "v_scale": None},
+     ValueError, r"v_scale: required for a float8_e4m3fn v_cache"),
+    ("gqa_decode", [("fp8_e4m3", (10, 16, 8, 128)), ("bf16", (10, 16, 8, 128))], {"k_scale": 1.0, "v_scale": 1.0},
+     TypeError, r"v_cache: dtype bf16 differs from k_cache's fp8_e4m3"),
+])
+def test_kv_caches_the_kernels_cannot_read_get_a_clear_error(family, caches, scales, err, needle):
+    names = ["kv_cache"] if family == "mla_decode" else ["k_cache", "v_cache"]
+    args = tuple(_cache(d, s, n) for (d, s), n in zip(caches, names))
+    with pytest.raises(err, match=needle):
+        cache_format(family, args, "bf16", scales)
+
+
+def test_scale_values_pass_numbers_by_value_and_tensors_by_pointer():
+    assert scale_values(None, None) == (0, 0, 1.0, 1.0)
+    assert scale_values(0.5, 2) == (0, 0, 0.5, 2.0)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(fp8_layout="int4"), r"fp8_layout='int4': supported 'per_tensor', 'block', 'fp8_ds_mla'"),
+    (dict(fp8_layout="block"), r"scale_block_size=None: required \(one of 32, 64, 128\) exactly when"),
+    (dict(fp8_layout="block", scale_block_size=48), r"scale_block_size=48: supported 32, 64, 128"),
+    (dict(scale_block_size=64), r"scale_block_size=64: only with fp8_layout='block'"),
+])
+def test_fp8_plan_objects_reject_bad_layouts_before_touching_a_device(kwargs, needle):
+    import kvforge
+
+    with pytest.raises(ValueError, match=needle):
+        kvforge.MLADecode(16, 64, max_batch=4, **kwargs)
 
 
 def test_the_error_record_reads_as_the_host_checks_did():

@@ -119,3 +119,31 @@ def test_ptxas_does_not_serialise_the_sm90_wgmma_pipeline(variant):
     assert "ptxas" in log, "the compile log was not kept"
     serialised = [line.strip() for line in log.splitlines() if "serialized" in line or "C7517" in line]
     assert not serialised, "\n".join(serialised)
+
+
+ALL_FP8 = [v for v in sorted(load_matrix(), key=lambda v: v.name)
+           if getattr(v.config, "is_fp8", False) and v.language == "cuda"]
+
+
+def test_the_default_matrix_has_fp8_variants_of_every_layout():
+    layouts = {(v.family, v.config.scale_mode) for v in ALL_FP8}
+    assert layouts >= {("mla_decode", "per_tensor"), ("mla_decode", "block"), ("mla_decode", "fp8_ds_mla"),
+                       ("gqa_decode", "per_tensor"), ("gqa_decode", "block")}, layouts
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", ALL_FP8, ids=lambda v: v.name)
+def test_fp8_conversion_uses_the_hardware_e4m3_instructions(variant, tmp_path):
+    """The convert warps dequantize with the sm_89+ e4m3 -> f16x2 instruction (F2FP.F16.E4M3),
+    never an integer emulation, and the fp8 kernels keep to registers (no LDL/STL) at one CTA
+    per SM (MLA 64 heads: the 16-bit kernel's own 32-byte spill class, 40 bytes, tolerated)."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    res = k.resources
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    assert re.search(r"\bF2FP\.F16\.E4M3\b", main), "no F2FP.F16.E4M3 (hardware e4m3 conversion) in the kernel"
+    spill_ok = 64 if variant.config.heads_per_cta * variant.config.max_s_q >= 64 else 0
+    assert res.spill_store_bytes <= spill_ok, (
+        f"{variant.name}: {res.spill_store_bytes} B of spill stores at {res.registers} registers")

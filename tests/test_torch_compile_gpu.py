@@ -144,3 +144,33 @@ def test_reduce_overhead_replays_with_new_lengths_and_queries(family):
         torch.cuda.synchronize()
         _assert_matches_reference(family, case, out, lse, causal=False)
     assert _no_graph_breaks()
+
+
+@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
+def test_fullgraph_compile_with_an_fp8_cache_and_its_scales(family):
+    """fp8 caches under torch.compile: the scales (a device tensor for K, a float for GQA's V)
+    travel into the op; the compiled call matches the eager one bitwise, without graph breaks."""
+    import kvforge
+
+    _reset()
+    hq, hkv, d = (16, 1, 576) if family == "mla_decode" else (32, 8, 128)
+    case = make_case(family, batch=3, s_q=1, hq=hq, hkv=hkv, d=d, page_size=64, lens=[700, 2, 129], seed=23)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor")
+    if family == "mla_decode":
+        def step(q, kv, bt, sl, s):
+            return kvforge.mla_decode(q * 1.0, kv, bt, sl, kv_scale=s)
+        args = (case.q, k8, case.block_table, case.seqlens, ks)
+    else:
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), "per_tensor")
+        vs_value = float(vs.item())
+
+        def step(q, k, v, bt, sl, s):
+            return kvforge.gqa_decode(q * 1.0, k, v, bt, sl, k_scale=s, v_scale=vs_value)
+        args = (case.q, k8, v8, case.block_table, case.seqlens, ks)
+    eager_o, eager_l = step(*args)
+    got_o, got_l = torch.compile(step, fullgraph=True)(*args)
+    torch.cuda.synchronize()
+    assert _no_graph_breaks()
+    torch.testing.assert_close(got_o, eager_o, rtol=0, atol=0)
+    torch.testing.assert_close(got_l, eager_l, rtol=0, atol=0)
+    assert not torch.isnan(got_o).any()

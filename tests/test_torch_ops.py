@@ -101,7 +101,7 @@ def test_fake_rejects_a_query_of_the_wrong_rank_naming_q():
             ops.mla_decode(torch.empty(2, 1, 16, 576, device="cuda"), kv, bt, sl, None, False, True)
 
 
-@pytest.mark.parametrize("arg", ["stream", "config", "kv_scale"])
+@pytest.mark.parametrize("arg", ["stream", "config"])
 def test_arguments_the_op_cannot_carry_are_refused_naming_them(arg):
     with FakeTensorMode():
         with pytest.raises(ValueError, match=rf"^{arg}: not supported inside torch.compile"):
@@ -217,3 +217,23 @@ def test_public_functions_trace_to_the_op_once_decode_py_routes_them():
 
     rec = _trace(step, *_mla_args(2, 1, 16, device="cpu"))
     assert rec.kvforge_calls() == ["kvforge.mla_decode"]
+
+
+def test_fullgraph_trace_with_fp8_scales_carries_them_into_the_op():
+    """fp8 caches under torch.compile: a tensor scale and a float scale both travel in the op's
+    (tensor, value) slots; the fake gives the 16-bit output shapes."""
+    def step(q, k8, v8, bt, sl, ks):
+        return torch_ops.gqa_decode_op(q, k8, v8, bt, sl, k_scale=ks, v_scale=0.5)
+
+    q, k, v, bt, sl = _gqa_args((3, 8, 64), 2, device="cpu")
+    k8, v8 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+    rec = _trace(step, q, k8, v8, bt, sl, torch.ones(1))
+    assert rec.kvforge_calls() == ["kvforge.gqa_decode"]
+    node = next(n for g in rec.graphs for n in g.graph.nodes if str(n.target) == "kvforge.gqa_decode")
+    assert node.args[-1] == 0.5 and node.args[-2] is None and node.args[-3] is None, node.args
+    with FakeTensorMode():
+        mq, mkv, mbt, msl = _mla_args(2, 1, 16)
+        out, lse = torch_ops.mla_decode_op(mq, mkv.to(torch.float8_e4m3fn), mbt, msl, kv_scale=0.25)
+        assert tuple(out.shape) == (2, 1, 16, 512) and out.dtype == torch.bfloat16
+    with pytest.raises(TypeError, match=r"^kv_scale: expected a float or a float32 tensor, got str"):
+        torch_ops.mla_decode_op(*_mla_args(1, 1, 16, device="cpu"), kv_scale="1")

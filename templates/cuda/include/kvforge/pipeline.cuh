@@ -161,6 +161,9 @@ struct PipelineProducer {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) MBarrier::arrive(ring.full(slot(sub)));
   }
+  // Fill by plain stores from every calling thread: each arrives once after its own stores (the
+  // full barrier counts one arrival per producing thread; the arrive releases, the wait acquires).
+  __device__ __forceinline__ void producer_commit_all(int sub = 0) const { MBarrier::arrive(ring.full(slot(sub))); }
   // cp.async fill (sm_80+), called by every producer lane after issuing its cp.async copies:
   // the barrier gets this lane's arrival once all of them have landed (full counts 32 per warp).
   __device__ __forceinline__ void producer_commit_cp_async(int sub = 0) const {

@@ -1,0 +1,233 @@
+"""FP8 (e4m3) KV caches on the GPU, every layout against a float64 reference computed on the
+dequantized cache: per-tensor scales (a float or a 1-element device tensor), block scales (32, 64,
+128), and MLA's packed fp8_ds_mla token; both families, page sizes, lengths 0/1/ragged, s_q up to
+4 with the causal rule, split and unsplit, NaN in every byte the kernel must not read (fp8 NaN
+0x7f/0xff in unused pages and past each sequence's end, NaN block scales there), poisoned outputs,
+and graph capture with a device-tensor scale changed between replays. Each check also reports
+the error against the original 16-bit cache (what quantization costs)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kvforge.runtime.reference import paged_decode_reference
+
+from paged_inputs import make_case, rel_l2
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-2          # against the reference on the dequantized cache
+QUANT_TOL = 0.15    # against the original 16-bit cache: e4m3 keeps 3 mantissa bits
+
+
+@dataclass
+class Fp8Case:
+    base: object      # the PagedCase (q, block table, lengths; its k/v are the 16-bit originals)
+    k: object         # device fp8 cache (MLA: the latent cache, float8_e4m3fn or packed uint8)
+    v: object
+    k_scale: object   # float, 1-element tensor, block-scale tensor, or None (fp8_ds_mla)
+    v_scale: object
+    deq_k: np.ndarray  # float64 dequantized caches as the reference reads them [P, ps, Hkv, D]
+    deq_v: np.ndarray
+
+
+def _quantize(t, layout, block):
+    import torch
+
+    import kvforge
+
+    clean = torch.nan_to_num(t, nan=0.0)
+    nan_tokens = torch.isnan(t.float()).any(dim=-1)  # unused pages and slots past each sequence's end
+    data, scales = kvforge.quantize_kv(clean, layout, block)
+    deq = kvforge.dequantize_kv(data, scales).double().cpu().numpy()
+    if layout == "fp8_ds_mla":
+        data[nan_tokens] = 0xFF  # NaN latent, NaN scales, NaN rope
+    else:
+        data.view(torch.uint8)[nan_tokens] = 0x7F  # e4m3fn NaN
+        if layout == "block":
+            scales[nan_tokens] = float("nan")
+    return data, scales, deq
+
+
+def make_fp8_case(family, layout, *, block=None, scale_as="tensor", **kw) -> Fp8Case:
+    base = make_case(family, **kw)
+    k, ks, deq_k = _quantize(base.k, layout, block)
+    if family == "mla_decode":
+        v, vs, deq_v = k, ks, deq_k
+        deq_k = deq_k.reshape(deq_k.shape[0], deq_k.shape[1], 1, -1)
+        deq_v = deq_k
+    else:
+        v, vs, deq_v = _quantize(base.v, layout, block)
+    if layout == "per_tensor" and scale_as == "float":
+        ks, vs = float(ks.item()), float(vs.item())
+    return Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
+
+
+def _run(family, c: Fp8Case, *, causal=False, out=None, lse=None):
+    import kvforge
+
+    b = c.base
+    if family == "mla_decode":
+        return kvforge.mla_decode(b.q, c.k, b.block_table, b.seqlens, causal=causal, kv_scale=c.k_scale, out=out,
+                                  lse=lse)
+    return kvforge.gqa_decode(b.q, c.k, c.v, b.block_table, b.seqlens, causal=causal, k_scale=c.k_scale,
+                              v_scale=c.v_scale, out=out, lse=lse)
+
+
+def _poisoned(c: Fp8Case, family):
+    import torch
+
+    bsz, s_q, hq, _ = c.base.q.shape
+    dv = 512 if family == "mla_decode" else c.base.q.shape[-1]
+    out = torch.full((bsz, s_q, hq, dv), float("nan"), dtype=c.base.q.dtype, device="cuda")
+    lse = torch.full((bsz, hq, s_q), float("nan"), dtype=torch.float32, device="cuda")
+    return out, lse
+
+
+def _check(family, c: Fp8Case, out, lse, *, causal):
+    import torch
+
+    torch.cuda.synchronize()
+    h = c.base.host
+    scale = 1 / math.sqrt(h["q"].shape[-1])
+    dv = 512 if family == "mla_decode" else None
+    want_o, want_l = paged_decode_reference(h["q"], c.deq_k, c.deq_v, h["bt"], h["lens"], scale=scale,
+                                            causal=causal, v_dim=dv)
+    got_o = out.float().cpu().numpy()
+    got_l = lse.cpu().numpy()
+    assert not np.isnan(got_o).any(), "output has NaN: an element was not written or a poisoned byte was read"
+    assert not np.isnan(got_l).any(), "lse has NaN"
+    err = rel_l2(got_o, want_o)
+    assert err < TOL, f"relative L2 error {err:.2e} against the dequantized cache"
+    np.testing.assert_array_equal(np.isneginf(got_l), np.isneginf(want_l))
+    fin = np.isfinite(want_l)
+    np.testing.assert_allclose(got_l[fin], want_l[fin], rtol=0, atol=2e-2)
+    kc = h["k"] if family != "mla_decode" else h["k"].reshape(h["k"].shape[0], h["k"].shape[1], 1, -1)
+    vc = h["v"] if family != "mla_decode" else kc
+    orig_o, _ = paged_decode_reference(h["q"], np.nan_to_num(kc), np.nan_to_num(vc), h["bt"], h["lens"],
+                                       scale=scale, causal=causal, v_dim=dv)
+    q_err = rel_l2(got_o, orig_o)
+    print(f"fp8 error: {err:.2e} vs the dequantized cache, {q_err:.2e} vs the original 16-bit cache")
+    assert q_err < QUANT_TOL, f"relative L2 error {q_err:.2e} against the original cache: quantization broken"
+    return err
+
+
+LAYOUTS = [("per_tensor", None, "tensor"), ("per_tensor", None, "float"), ("block", 32, "tensor"),
+           ("block", 64, "tensor"), ("block", 128, "tensor")]
+LENS_RAGGED = [0, 1, 17, 64, 200, 1000, 333, 2]
+
+
+@pytest.mark.parametrize("layout,block,scale_as", LAYOUTS + [("fp8_ds_mla", None, "tensor")])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_mla_fp8_layouts_ragged(layout, block, scale_as, page_size):
+    c = make_fp8_case("mla_decode", layout, block=block, scale_as=scale_as, batch=8, s_q=1, hq=16, hkv=1, d=576,
+                      page_size=page_size, lens=LENS_RAGGED, seed=page_size)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, out=out, lse=lse)
+    _check("mla_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
+@pytest.mark.parametrize("heads,s_q,page_size", [(16, 2, 32), (64, 1, 128), (32, 4, 16), (128, 1, 64)])
+def test_mla_fp8_heads_and_causal_queries(layout, block, heads, s_q, page_size):
+    c = make_fp8_case("mla_decode", layout, block=block, batch=4, s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=[s_q - 1, 40, 1, 257], seed=heads + s_q)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 128), ("fp8_ds_mla", None)])
+def test_mla_fp8_one_long_sequence_is_split(layout, block):
+    c = make_fp8_case("mla_decode", layout, block=block, batch=1, s_q=1, hq=16, hkv=1, d=576, page_size=64,
+                      lens=[9000], seed=3)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, out=out, lse=lse)
+    _check("mla_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("layout,block,scale_as", LAYOUTS)
+@pytest.mark.parametrize("d,hq,hkv,page_size", [(128, 32, 8, 16), (64, 8, 8, 32), (256, 16, 2, 64),
+                                                (128, 16, 1, 128)])
+def test_gqa_fp8_layouts(layout, block, scale_as, d, hq, hkv, page_size):
+    c = make_fp8_case("gqa_decode", layout, block=block, scale_as=scale_as, batch=8, s_q=1, hq=hq, hkv=hkv, d=d,
+                      page_size=page_size, lens=LENS_RAGGED, seed=d + hq)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, out=out, lse=lse)
+    _check("gqa_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64)])
+@pytest.mark.parametrize("s_q", [2, 4])
+def test_gqa_fp8_causal_queries_and_fp16(layout, block, s_q):
+    c = make_fp8_case("gqa_decode", layout, block=block, batch=3, s_q=s_q, hq=16, hkv=4, d=128, page_size=32,
+                      lens=[s_q, 300, 1], dtype="fp16", seed=s_q)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, causal=True, out=out, lse=lse)
+    _check("gqa_decode", c, out, lse, causal=True)
+
+
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 32)])
+def test_gqa_fp8_one_long_sequence_is_split(layout, block):
+    c = make_fp8_case("gqa_decode", layout, block=block, batch=1, s_q=1, hq=32, hkv=8, d=128, page_size=16,
+                      lens=[20000], seed=4)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, out=out, lse=lse)
+    _check("gqa_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
+def test_fp8_graph_replay_reads_the_device_scale(family):
+    """A per-tensor scale passed as a 1-element device tensor is read at replay: changing it
+    between replays changes the result as the reference says."""
+    import torch
+
+    hq, hkv, d = (16, 1, 576) if family == "mla_decode" else (16, 4, 128)
+    c = make_fp8_case(family, "per_tensor", batch=2, s_q=1, hq=hq, hkv=hkv, d=d, page_size=64, lens=[3000, 700],
+                      seed=11)
+    out, lse = _poisoned(c, family)
+    _run(family, c, out=out, lse=lse)  # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run(family, c, out=out, lse=lse)
+    k0, v0 = c.k_scale.clone(), c.v_scale.clone()
+    for factor_k, factor_v in ((1.0, 1.0), (0.5, 2.0), (3.0, 0.25)):
+        c.k_scale.copy_(k0 * factor_k)
+        if family != "mla_decode":
+            c.v_scale.copy_(v0 * factor_v)
+        fk, fv = factor_k, (factor_k if family == "mla_decode" else factor_v)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        h = c.base.host
+        scale = 1 / math.sqrt(h["q"].shape[-1])
+        want_o, want_l = paged_decode_reference(h["q"], c.deq_k * fk, c.deq_v * fv, h["bt"], h["lens"], scale=scale,
+                                                causal=False, v_dim=512 if family == "mla_decode" else None)
+        err = rel_l2(out.float().cpu().numpy(), want_o)
+        assert err < TOL, f"scale x({fk}, {fv}): relative L2 error {err:.2e}"
+        fin = np.isfinite(want_l)
+        np.testing.assert_allclose(lse.cpu().numpy()[fin], want_l[fin], rtol=0, atol=2e-2)
+
+
+def test_fp8_plan_objects_run_their_layout():
+    import kvforge
+
+    c = make_fp8_case("mla_decode", "block", block=64, batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64,
+                      lens=[100, 0, 2000], seed=9)
+    dec = kvforge.MLADecode(16, 64, "bf16", max_batch=4, fp8_layout="block", scale_block_size=64)
+    out, lse = _poisoned(c, "mla_decode")
+    dec.run(c.base.q, c.k, c.base.block_table, c.base.seqlens, kv_scale=c.k_scale, out=out, lse=lse)
+    _check("mla_decode", c, out, lse, causal=False)
+    g = make_fp8_case("gqa_decode", "per_tensor", batch=2, s_q=1, hq=32, hkv=8, d=128, page_size=16,
+                      lens=[500, 7], seed=10)
+    gdec = kvforge.GQADecode(32, 8, 128, 16, "bf16", max_batch=2, fp8_layout="per_tensor")
+    out, lse = _poisoned(g, "gqa_decode")
+    gdec.run(g.base.q, g.k, g.v, g.base.block_table, g.base.seqlens, k_scale=g.k_scale, v_scale=g.v_scale,
+             out=out, lse=lse)
+    _check("gqa_decode", g, out, lse, causal=False)
+    with pytest.raises(ValueError, match=r"kv_format"):
+        dec.run(c.base.q, c.k.view(c.k.shape), c.base.block_table, c.base.seqlens, kv_scale=1.0)
