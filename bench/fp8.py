@@ -47,11 +47,24 @@ def quantized(sh: Shape, kv, layout: str, block: int | None):
     return out
 
 
-def run_fp8(sh: Shape, q, entry, bt, lens):
+def run_fp8(sh: Shape, q, entry, bt, lens, config=None):
     k, v, ks, vs = entry
     if sh.family == "mla_decode":
-        return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks)[0]
-    return kvforge.gqa_decode(q, k, v, bt, lens, k_scale=ks, v_scale=vs)[0]
+        return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks, config=config)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens, k_scale=ks, v_scale=vs, config=config)[0]
+
+
+def deep_ring(sh: Shape, layout: str, block: int | None):
+    """The built-in fp8 choice with a 6-deep load ring (one CTA per SM where it was two): an A/B row."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.decode import select_config
+    from kvforge.runtime.kv_format import KVFormat
+
+    cfg = select_config(sh.family, "bf16", sh.page, sh.hq // sh.hkv, sh.d, sh.s_q, 0, KVFormat("fp8_e4m3", layout, block))
+    data = cfg.model_dump(mode="json")
+    data["convert"]["num_load_stages"] = 6
+    return build(DecodeConfig, data)
 
 
 def flashinfer_fp8(sh: Shape, q, qkv, bt, lens):
@@ -70,8 +83,8 @@ def flashinfer_fp8(sh: Shape, q, qkv, bt, lens):
                torch.bfloat16, torch.float8_e4m3fn)
         qf = q.reshape(b, sh.hq, 576)
         q_nope, q_pe = qf[..., :512].contiguous(), qf[..., 512:].contiguous()
-        split = [(k[..., :512].contiguous(), k[..., 512:].contiguous()) for k, _, _, _ in qkv]
-        return lambda i: w.run(q_nope, q_pe, *split[i])
+        split = [(k[..., :512].contiguous(), k[..., 512:].contiguous(), float(ks.item())) for k, _, ks, _ in qkv]
+        return lambda i: w.run(q_nope, q_pe, split[i][0], split[i][1], ckv_scale=split[i][2], kpe_scale=split[i][2])
     w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
     w.plan(indptr, indices, last, sh.hq, sh.hkv, sh.d, sh.page, q_data_type=torch.bfloat16,
            kv_data_type=torch.float8_e4m3fn)
@@ -116,6 +129,11 @@ def main() -> int:
                     notes.append(f"- {sh.label}: FlashInfer FP8 failed: {type(e).__name__}: {str(e)[:160]}")
             name = layout if block is None else f"{layout} {block}"
             rows.append((sh.label, name, ms, nbytes / ms / 1e6, base / ms, target, fi_ms, fi_ms / ms, nbytes))
+            if sh.family == "gqa_decode" and layout == "per_tensor":
+                deep = deep_ring(sh, layout, block)
+                dms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, deep) for i in range(copies)], iters)
+                rows.append((sh.label, f"{name}, 6-deep fp8 ring (A/B)", dms, nbytes / dms / 1e6, base / dms, target,
+                             fi_ms, fi_ms / dms, nbytes))
             print(f"{sh.label} {name}: {ms:.3f} ms ({base / ms:.2f}x bf16, target {target:.2f}x), "
                   f"FlashInfer fp8 {fi_ms:.3f}", file=sys.stderr, flush=True)
             del qkv

@@ -165,6 +165,11 @@ class DecodeConfig(BaseModel):
         return self.kv_dtype == "fp8_e4m3"
 
     @property
+    def mma_dtype(self) -> str:
+        """The MMA's input type (q's dtype unless a backend says otherwise)."""
+        return self.q_dtype
+
+    @property
     def scale_blocks(self) -> int:
         """fp32 scales per cached token (and KV head): ceil(D / scale_block_size) for block scales,
         the 4 latent-block scales of an fp8_ds_mla token, 0 otherwise."""

@@ -56,8 +56,8 @@ def _ring_candidates(fp8: bool, family: str):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
     ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
     bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
-    GQA (two or more CTAs per SM) keeps to two producer and two convert warps, so the consumers
-    keep their registers (more warps per CTA spill at D=256)."""
+    GQA (two or more CTAs per SM) keeps to two producer warps and four convert warps (measured:
+    two convert warps cannot keep up with HBM), fewer where the consumers' registers run out."""
     if not fp8:
         for stages in (6, 5, 4, 3, 2):
             for producers in (4, 2, 1):
@@ -66,7 +66,8 @@ def _ring_candidates(fp8: bool, family: str):
     for load_stages in (6, 5, 4, 3, 2):
         for stages in (2, 3):
             roles = ((4, 4), (2, 4), (4, 2), (2, 2), (1, 2), (1, 1))
-            for producers, convert in (roles[3:] if family == "gqa_decode" else roles):
+            gqa_roles = ((2, 4), (2, 2), (1, 2), (1, 1))
+            for producers, convert in (gqa_roles if family == "gqa_decode" else roles):
                 yield ({"num_kv_stages": stages, "num_producer": producers},
                        {"num_load_stages": load_stages, "num_convert": convert})
 

@@ -120,6 +120,8 @@ class Variant:
             "lanes_per_row": min(32, chunks),
             "col_iters": -(-chunks // 32),
             "ds_mla_latent": DS_MLA_LATENT,
+            "mma_c_type": C_TYPES[cfg.mma_dtype],
+            "q_to_fp16": cfg.mma_dtype == "fp16" and cfg.q_dtype == "bf16",
         }
 
 

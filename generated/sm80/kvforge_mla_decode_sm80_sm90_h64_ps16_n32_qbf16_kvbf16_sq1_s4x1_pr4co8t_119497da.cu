@@ -13,8 +13,11 @@
 #include "kvforge/sm80_tile.cuh"
 
 namespace {
-using T = __nv_bfloat16;
-using Mma = kvforge::sm80::MmaType<T>;
+using T = __nv_bfloat16;      // q and out
+using TM = __nv_bfloat16;  // the MMA's inputs (Q, K, P, V in shared memory)
+using Mma = kvforge::sm80::MmaType<TM>;
+using OutPack = kvforge::sm80::MmaType<T>;
+constexpr bool kQToF16 = false;  // bf16 q, fp16 MMA: Q converted once per CTA
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
 using tile::FragA;
@@ -37,6 +40,7 @@ constexpr int kLanesPerRow = 32;
 constexpr int kRowsPerPass = 32 / kLanesPerRow;
 constexpr int kColIters = 3;
 constexpr int kThreads = 384;
+constexpr int kConvertWarps = 0;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 1;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
@@ -226,6 +230,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
 }
 
 
+
 // ---- consumer phases ---------------------------------------------------------------------------
 // The consumer warp (rg, cg) owns query rows rg*16.. and keys cg*kKeysPerWarp.. of each tile (QK),
 // and V columns cg*kColsPerWarp.. (PV). Each thread holds two rows (g and g+8 of its row group).
@@ -242,11 +247,11 @@ __device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const u
                                         const unsigned char* stage, int row0, int key0, int k0) {
   const FragA a = tile::load_a(q_smem, kQStride, row0, k0);
   if constexpr (kKeysPerWarp == 8) {
-    tile::qk_mma<T>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
+    tile::qk_mma<TM>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
   } else {
 #pragma unroll
     for (int n = 0; n < kKeysPerWarp; n += 16)
-      tile::qk_mma<T>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
+      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
   }
 }
 
@@ -266,7 +271,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
     for (int q = 0; q < kQSteps; ++q) {
 #pragma unroll
       for (int n = 0; n < kBN; n += 16)
-        tile::qk_mma<T>(sp[n / 8], sp[n / 8 + 1], qf[q],
+        tile::qk_mma<TM>(sp[n / 8], sp[n / 8 + 1], qf[q],
                         tile::load_kt(stage, kKVStride, n, st.cg * kDepthPerWarp + q * 16));
     }
     float* mine = s_part + st.cg * kQRows * kSPartStride;
@@ -368,7 +373,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
     const FragA p = tile::load_a(p_smem, kPStride, st.rg * 16, k0);
 #pragma unroll
     for (int n = 0; n < kColsPerWarp; n += 16)
-      tile::pv_mma<T>(o[n / 8], o[n / 8 + 1], p,
+      tile::pv_mma<TM>(o[n / 8], o[n / 8 + 1], p,
                       tile::load_v(stage + kVOffset, kKVStride, k0, st.cg * kColsPerWarp + n));
   }
 }
@@ -409,7 +414,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWarp / 8][4], 
       const int col = st.cg * kColsPerWarp + i * 8 + 2 * st.tq;
       const float v0 = o[i][2 * h] * inv, v1 = o[i][2 * h + 1] * inv;
       if (direct) {
-        *reinterpret_cast<u32*>(out + orow * kDv + col) = Mma::pack(v0, v1);
+        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
       } else {
         *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
       }
@@ -431,7 +436,7 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
     const int qi = rows.qi(r), head = rows.head(r);
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     if (w.n_splits == 1) {
-      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = OutPack::pack(nan_f(), nan_f());
       if (c == 0) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = nan_f();
     } else if (c == 0) {
       part_lse[((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head] = nan_f();
@@ -556,7 +561,7 @@ kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_119497da
   const long long lse_at = (static_cast<long long>(b) * num_q_heads + head) * s_q + qi;
   if (any_nan(part_lse, prow0, split_step, n)) {  // a split the guard refused: the whole row is NaN
     for (int d = threadIdx.x * 2; d < kDv; d += 2 * kCombineThreads)
-      *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(nan_f(), nan_f());
     if (threadIdx.x == 0) lse[lse_at] = nan_f();
     return;
   }
@@ -574,7 +579,7 @@ kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_119497da
       a0 += wgt * v.x;
       a1 += wgt * v.y;
     }
-    *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(a0, a1);
+    *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(a0, a1);
   }
   if (threadIdx.x == 0) lse[lse_at] = wsum > 0.f ? lbase + logf(wsum) : neg_inf();
 }

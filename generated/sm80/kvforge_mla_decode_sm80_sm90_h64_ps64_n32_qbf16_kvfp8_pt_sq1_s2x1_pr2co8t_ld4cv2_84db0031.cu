@@ -16,8 +16,11 @@
 #include "kvforge/fp8_convert.cuh"
 
 namespace {
-using T = __nv_bfloat16;
-using Mma = kvforge::sm80::MmaType<T>;
+using T = __nv_bfloat16;      // q and out
+using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
+using Mma = kvforge::sm80::MmaType<TM>;
+using OutPack = kvforge::sm80::MmaType<T>;
+constexpr bool kQToF16 = true;  // bf16 q, fp16 MMA: Q converted once per CTA
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
 using tile::FragA;
@@ -40,6 +43,7 @@ constexpr int kLanesPerRow = 32;
 constexpr int kRowsPerPass = 32 / kLanesPerRow;
 constexpr int kColIters = 3;
 constexpr int kThreads = 384;
+constexpr int kConvertWarps = 2;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 1;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
@@ -76,12 +80,11 @@ static_assert(kDv % (16 * kColGroups) == 0 && kColsPerWarp % 16 == 0, "V columns
 static_assert(kBN % (kProducers * kRowsPerPass) == 0, "producer row passes");
 static_assert(kDqk % 16 == 0 && (!kQKDepthSplit || kDepthPerWarp * kColGroups == kDqk), "QK depth");
 static_assert(Ring::kEmptyArrivals == (kReleasePerThread ? kConsumerThreads : kConsumerWarps) &&
-              Ring::kFullArrivals == 32 * kProducers, "arrive counts");
+              Ring::kFullArrivals == 32 * kConvertWarps, "arrive counts");
 static_assert(kOffKV + 2 * kStageBytes <= kSmemBytes && kOffSPart <= kSmemBytes, "layout");
 static_assert(kPageSize % 16 == 0 && kBN % 8 == 0, "tile shape");
 
 // ---- fp8 KV: the load ring (fp8 tiles, filled by the producers) in front of the MMA ring ------
-constexpr int kConvertWarps = 2;
 constexpr int kConvertThreads = 32 * kConvertWarps;
 constexpr int kTokenBytes = 576;      // one cached token (of one KV head)
 constexpr int kLoadChunks = 36;  // its 16-byte cp.async chunks
@@ -102,7 +105,8 @@ using LoadRing = kvforge::KVRing<4, 1, 64, 64>;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers + kConvertWarps), "threads");
 static_assert(Ring::kFullArrivals == kConvertThreads && LoadRing::kEmptyArrivals == kConvertThreads &&
               LoadRing::kFullArrivals == 32 * kProducers, "fp8 arrive counts");
-static_assert(kKV8Stride % 16 == 0 && kKV8Stride >= kTokenBytes + 4 * kScaleWords && kDqk % 8 == 0, "fp8 rows");
+static_assert(kKV8Stride % 16 == 0 && kKV8Stride >= kTokenBytes + 4 * kScaleWords && kDqk % 16 == 0 &&
+              kScaleBlock % 16 == 0, "fp8 rows: 16-value convert groups never straddle a scale block");
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 static_assert(kOffKV8 + 4 * kKV8StageBytes <= kSmemBytes, "fp8 layout");
 
@@ -305,24 +309,33 @@ __device__ __forceinline__ void producer_loop8(const LoadRing& ring, unsigned ch
 }
 
 // ---- convert warps: fp8 load ring -> 16-bit MMA ring ---------------------------------------------
-// Eight values of row `row8` (an fp8 row in the load ring) starting at column 8 * g, as the MMA reads them.
-__device__ __forceinline__ uint4 convert_group(const unsigned char* row8, int g) {
+// Sixteen values of row `row8` (an fp8 row in the load ring) from column 16 * g, as the MMA reads
+// them (two 16-byte words).
+__device__ __forceinline__ void convert_group(const unsigned char* row8, int g, uint4& lo, uint4& hi) {
+  namespace f8 = kvforge::fp8;
   if constexpr (kPackedMLA) {
-    if (g * 8 >= kPackedLatent)  // rope: bf16 in the token
-      return kvforge::fp8::bf16x8_to<T>(*reinterpret_cast<const uint4*>(row8 + kPackedRope + (g * 8 - kPackedLatent) * 2));
-    const float scale = reinterpret_cast<const float*>(row8 + kPackedLatent)[g * 8 / kScaleBlock];
-    return kvforge::fp8::e4m3x8_to<T, true>(*reinterpret_cast<const uint2*>(row8 + g * 8), scale);
-  } else if constexpr (kBlockScales) {
-    const float scale = reinterpret_cast<const float*>(row8 + kTokenBytes)[g * 8 / kScaleBlock];
-    return kvforge::fp8::e4m3x8_to<T, true>(*reinterpret_cast<const uint2*>(row8 + g * 8), scale);
-  } else {  // per-tensor: the scales are folded into the softmax scale and the output
-    return kvforge::fp8::e4m3x8_to<T, false>(*reinterpret_cast<const uint2*>(row8 + g * 8), 1.f);
+    if (g * 16 >= kPackedLatent) {  // rope: bf16 in the token
+      const uint4* rope = reinterpret_cast<const uint4*>(row8 + kPackedRope + (g * 16 - kPackedLatent) * 2);
+      lo = f8::bf16x8_to<TM>(rope[0]);
+      hi = f8::bf16x8_to<TM>(rope[1]);
+      return;
+    }
+    const float scale = reinterpret_cast<const float*>(row8 + kPackedLatent)[g * 16 / kScaleBlock];
+    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
+    lo = f8::e4m3x8_to<TM, true>(make_uint2(raw.x, raw.y), scale);
+    hi = f8::e4m3x8_to<TM, true>(make_uint2(raw.z, raw.w), scale);
+  } else {
+    // block scales multiply; per-tensor scales are folded into the softmax scale and the output
+    const float scale = kBlockScales ? reinterpret_cast<const float*>(row8 + kTokenBytes)[g * 16 / kScaleBlock] : 1.f;
+    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
+    lo = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.x, raw.y), scale);
+    hi = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.z, raw.w), scale);
   }
 }
 
 __device__ __forceinline__ void convert_loop(const LoadRing& load_ring, const Ring& ring, unsigned char* smem,
                                              const Work& w, int ct) {
-  constexpr int kGroupsPerRow = kDqk / 8;
+  constexpr int kGroupsPerRow = kDqk / 16;
   constexpr int kTiles = kIsMLA ? 1 : 2;  // GQA: the K tile, then the V tile
   constexpr int kGroups = kTiles * kBN * kGroupsPerRow;
   kvforge::PipelineConsumer<LoadRing> load{load_ring};
@@ -337,14 +350,52 @@ __device__ __forceinline__ void convert_loop(const LoadRing& load_ring, const Ri
       const int part = kTiles == 1 ? 0 : i / (kBN * kGroupsPerRow);
       const int rem = kTiles == 1 ? i : i % (kBN * kGroupsPerRow);
       const int row = rem / kGroupsPerRow, g = rem % kGroupsPerRow;
-      const uint4 v = convert_group(src + part * kKV8VOffset + row * kKV8Stride, g);
-      *reinterpret_cast<uint4*>(dst + part * kVOffset + row * kKVStride + g * 16) = v;
+      uint4 lo, hi;
+      convert_group(src + part * kKV8VOffset + row * kKV8Stride, g, lo, hi);
+      uint4* out = reinterpret_cast<uint4*>(dst + part * kVOffset + row * kKVStride + g * 32);
+      out[0] = lo;
+      out[1] = hi;
     }
     load.release_all();
     load.advance();
     mma.producer_commit_all();  // every convert thread arrives after its stores
     mma.advance();
   }
+}
+
+// bf16 q for fp16 MMAs: the CTA's Q tile in shared memory, converted in place to fp16 times 2^e,
+// e chosen so the largest |q| lands in [2^14, 2^15) (exact for every value fp16 holds as a normal;
+// what falls below is under 2^-28 of the largest). Returns 2^-e, the factor S must be scaled by.
+// Every consumer thread calls it; `scratch` is one float of shared memory free until the epilogue.
+__device__ __forceinline__ float q_to_fp16(unsigned char* q_smem, float* scratch) {
+  constexpr int kPairs = kDqk / 2;
+  float amax = 0.f;
+  for (int i = threadIdx.x; i < kQRows * kPairs; i += kConsumerThreads) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
+        q_smem + (i / kPairs) * kQStride + (i % kPairs) * 4));
+    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  if (threadIdx.x == 0) *scratch = 0.f;
+  tile::named_sync(kBarAllConsumers, kConsumerThreads);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<int*>(scratch), __float_as_int(amax));  // >= 0: int order
+  tile::named_sync(kBarAllConsumers, kConsumerThreads);
+  const float top = *scratch;
+  int e = 0;
+  if (top > 0.f && top < 3.0e38f) {
+    int ex;
+    frexpf(top, &ex);  // top = m * 2^ex, m in [0.5, 1)
+    e = min(max(15 - ex, -100), 100);
+  }
+  const float up = ldexpf(1.f, e);
+  for (int i = threadIdx.x; i < kQRows * kPairs; i += kConsumerThreads) {
+    u32* w = reinterpret_cast<u32*>(q_smem + (i / kPairs) * kQStride + (i % kPairs) * 4);
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w));
+    const __half2 h = __floats2half2_rn(f.x * up, f.y * up);
+    *w = *reinterpret_cast<const u32*>(&h);
+  }
+  tile::named_sync(kBarAllConsumers, kConsumerThreads);  // also: scratch is free again
+  return ldexpf(1.f, -e);
 }
 
 // ---- consumer phases ---------------------------------------------------------------------------
@@ -363,11 +414,11 @@ __device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const u
                                         const unsigned char* stage, int row0, int key0, int k0) {
   const FragA a = tile::load_a(q_smem, kQStride, row0, k0);
   if constexpr (kKeysPerWarp == 8) {
-    tile::qk_mma<T>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
+    tile::qk_mma<TM>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
   } else {
 #pragma unroll
     for (int n = 0; n < kKeysPerWarp; n += 16)
-      tile::qk_mma<T>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
+      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
   }
 }
 
@@ -387,7 +438,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
     for (int q = 0; q < kQSteps; ++q) {
 #pragma unroll
       for (int n = 0; n < kBN; n += 16)
-        tile::qk_mma<T>(sp[n / 8], sp[n / 8 + 1], qf[q],
+        tile::qk_mma<TM>(sp[n / 8], sp[n / 8 + 1], qf[q],
                         tile::load_kt(stage, kKVStride, n, st.cg * kDepthPerWarp + q * 16));
     }
     float* mine = s_part + st.cg * kQRows * kSPartStride;
@@ -489,7 +540,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
     const FragA p = tile::load_a(p_smem, kPStride, st.rg * 16, k0);
 #pragma unroll
     for (int n = 0; n < kColsPerWarp; n += 16)
-      tile::pv_mma<T>(o[n / 8], o[n / 8 + 1], p,
+      tile::pv_mma<TM>(o[n / 8], o[n / 8 + 1], p,
                       tile::load_v(stage + kVOffset, kKVStride, k0, st.cg * kColsPerWarp + n));
   }
 }
@@ -530,7 +581,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWarp / 8][4], 
       const int col = st.cg * kColsPerWarp + i * 8 + 2 * st.tq;
       const float v0 = o[i][2 * h] * inv, v1 = o[i][2 * h + 1] * inv;
       if (direct) {
-        *reinterpret_cast<u32*>(out + orow * kDv + col) = Mma::pack(v0, v1);
+        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
       } else {
         *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
       }
@@ -552,7 +603,7 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
     const int qi = rows.qi(r), head = rows.head(r);
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     if (w.n_splits == 1) {
-      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = OutPack::pack(nan_f(), nan_f());
       if (c == 0) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = nan_f();
     } else if (c == 0) {
       part_lse[((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head] = nan_f();
@@ -580,6 +631,7 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
   tile::cp_async_commit();
   tile::cp_async_wait_all();
   tile::named_sync(kBarAllConsumers, kConsumerThreads);
+  scale_log2 *= q_to_fp16(q_smem, red_sum);
 
   ConsumerState st;
   st.rg = warp / kColGroups;
@@ -689,7 +741,7 @@ kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2
   const long long lse_at = (static_cast<long long>(b) * num_q_heads + head) * s_q + qi;
   if (any_nan(part_lse, prow0, split_step, n)) {  // a split the guard refused: the whole row is NaN
     for (int d = threadIdx.x * 2; d < kDv; d += 2 * kCombineThreads)
-      *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(nan_f(), nan_f());
     if (threadIdx.x == 0) lse[lse_at] = nan_f();
     return;
   }
@@ -707,7 +759,7 @@ kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2
       a0 += wgt * v.x;
       a1 += wgt * v.y;
     }
-    *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(a0, a1);
+    *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(a0, a1);
   }
   if (threadIdx.x == 0) lse[lse_at] = wsum > 0.f ? lbase + logf(wsum) : neg_inf();
 }

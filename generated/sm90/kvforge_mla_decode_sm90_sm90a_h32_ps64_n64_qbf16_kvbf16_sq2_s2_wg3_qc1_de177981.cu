@@ -18,6 +18,7 @@
 namespace {
 using T = __nv_bfloat16;
 using Mma = kvforge::sm80::MmaType<T>;
+using OutPack = Mma;  // out is written in the MMA's type
 using kvforge::u32;
 using kvforge::u64;
 namespace wg = kvforge::sm90;
@@ -356,7 +357,7 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
     const int qi = rows.qi(r), head = rows.head(r);
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     if (w.n_splits == 1) {
-      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = OutPack::pack(nan_f(), nan_f());
       if (c == 0) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = nan_f();
     } else if (c == 0) {
       part_lse[((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head] = nan_f();
@@ -471,7 +472,7 @@ kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_
   const long long lse_at = (static_cast<long long>(b) * num_q_heads + head) * s_q + qi;
   if (any_nan(part_lse, prow0, split_step, n)) {  // a split the guard refused: the whole row is NaN
     for (int d = threadIdx.x * 2; d < kDv; d += 2 * kCombineThreads)
-      *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(nan_f(), nan_f());
+      *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(nan_f(), nan_f());
     if (threadIdx.x == 0) lse[lse_at] = nan_f();
     return;
   }
@@ -489,7 +490,7 @@ kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_
       a0 += wgt * v.x;
       a1 += wgt * v.y;
     }
-    *reinterpret_cast<u32*>(out + orow * kDv + d) = Mma::pack(a0, a1);
+    *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(a0, a1);
   }
   if (threadIdx.x == 0) lse[lse_at] = wsum > 0.f ? lbase + logf(wsum) : neg_inf();
 }
