@@ -5,8 +5,8 @@
 For each shape: kvforge's default functional call (kvforge.mla_decode / gqa_decode, no extra
 arguments), the plan/run object (MLADecode / GQADecode .run) and FlashInfer's wrapper run(), each
 timed as 7 batches of 200 back-to-back calls with no synchronisation inside a batch (host
-microseconds per call; the shapes are small enough that the GPU keeps up, so the host is what is
-measured). Reported: the median batch and, in brackets, the best batch; the three paths are
+microseconds per call). Each batch is queued behind a ~25 ms GPU sleep kernel, so the calls only
+enqueue while they are timed: what is measured is the host, never the GPU's speed on the shape. Reported: the median batch and, in brackets, the best batch; the three paths are
 interleaved batch by batch so a noisy neighbour on the host hits all of them alike.
 `--profile` adds a cProfile of the default call.
 """
@@ -40,6 +40,7 @@ def host_us(fns, n=200, batches=7):
     per = [[] for _ in fns]
     for _ in range(batches):
         for i, fn in enumerate(fns):
+            torch.cuda._sleep(50_000_000)  # the GPU is busy for the whole batch: calls only enqueue
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
