@@ -52,12 +52,13 @@ def overlay(base: dict, explicit: dict) -> dict:
 FP8_MAX_THREADS = 384
 
 
-def _ring_candidates(fp8: bool, family: str):
+def _ring_candidates(fp8: bool, family: str, head_dim: int = 0):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
     ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
     bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
-    GQA (two or more CTAs per SM) keeps to two producer warps and four convert warps (measured:
-    two convert warps cannot keep up with HBM), fewer where the consumers' registers run out."""
+    GQA (two CTAs per SM) takes two producer warps and six convert warps (bench/fp8_tune.py: the
+    convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2), four at D = 256, whose
+    consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
     if not fp8:
         for stages in (6, 5, 4, 3, 2):
             for producers in (4, 2, 1):
@@ -66,7 +67,7 @@ def _ring_candidates(fp8: bool, family: str):
     for load_stages in (6, 5, 4, 3, 2):
         for stages in (2, 3):
             roles = ((4, 4), (2, 4), (4, 2), (2, 2), (1, 2), (1, 1))
-            gqa_roles = ((2, 4), (2, 2), (1, 2), (1, 1))
+            gqa_roles = ((2, 6), (2, 4), (2, 2), (1, 2), (1, 1))[1 if head_dim >= 256 else 0:]
             for producers, convert in (gqa_roles if family == "gqa_decode" else roles):
                 yield ({"num_kv_stages": stages, "num_producer": producers},
                        {"num_load_stages": load_stages, "num_convert": convert})
@@ -88,7 +89,7 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     for ctas in want_ctas:
         for cg, bn in _candidates(family, row_groups, dv):
             warps = row_groups * cg
-            for pipe, convert in _ring_candidates(fp8, family):
+            for pipe, convert in _ring_candidates(fp8, family, dqk):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
                 if convert is not None:
                     data["convert"] = convert
