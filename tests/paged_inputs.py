@@ -67,3 +67,42 @@ def make_case(family, *, batch, s_q, hq, hkv, d, page_size, lens, dtype="bf16", 
 def rel_l2(got, want) -> float:
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def reference(family, host, *, causal, scale=None, k=None, v=None):
+    """(out, lse) of the float64 reference for a case's host arrays; `k`/`v` replace its caches
+    ([num_pages, page_size, Hkv, D], e.g. a dequantized fp8 cache); the scale defaults to 1/sqrt(D)."""
+    import math
+
+    from kvforge.runtime.reference import paged_decode_reference
+
+    mla = family == "mla_decode"
+    if k is None:
+        k = host["k"] if not mla else host["k"].reshape(host["k"].shape[0], host["k"].shape[1], 1, -1)
+        v = k if mla else host["v"]
+    scale = 1 / math.sqrt(host["q"].shape[-1]) if scale is None else scale
+    return paged_decode_reference(host["q"], k, v, host["bt"], host["lens"], scale=scale, causal=causal,
+                                  v_dim=512 if mla else None)
+
+
+def assert_matches(got_o, got_l, want_o, want_l, *, tol=1e-2, what="") -> float:
+    """The kernel's out/lse (arrays or tensors) against the reference: no NaN, relative L2 of out
+    under `tol`, -inf lse exactly where the reference has it (rows that see no key), finite lse
+    within 2e-2. Returns the relative L2 error."""
+    got_o = _host(got_o).reshape(want_o.shape)
+    got_l = _host(got_l).reshape(want_l.shape)
+    where = f"{what}: " if what else ""
+    assert not np.isnan(got_o).any(), f"{where}output has NaN: an element was not written or a stray read leaked in"
+    assert not np.isnan(got_l).any(), f"{where}lse has NaN"
+    err = rel_l2(got_o, want_o)
+    assert err < tol, f"{where}relative L2 error {err:.2e}"
+    np.testing.assert_array_equal(np.isneginf(got_l), np.isneginf(want_l), err_msg=f"{where}-inf lse rows differ")
+    fin = np.isfinite(want_l)
+    np.testing.assert_allclose(got_l[fin], want_l[fin], rtol=0, atol=2e-2, err_msg=f"{where}lse")
+    return err
+
+
+def _host(x):
+    if hasattr(x, "detach"):  # a torch tensor
+        return x.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(x, dtype=np.float64)

@@ -18,16 +18,14 @@ test_first_ever_call_of_a_shape_inside_a_capture pins down.
 """
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
 
-from kvforge.runtime.reference import paged_decode_reference
 
-from paged_inputs import make_case, rel_l2
+from paged_inputs import assert_matches, make_case, reference
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytestmark = [pytest.mark.gpu]
@@ -77,18 +75,9 @@ def _buffers(shape, case):
 
 
 def _check(shape, case, out, lse):
-    h = case.host
     family, s_q = shape[0], shape[3]
-    kc = h["k"] if family != "mla_decode" else h["k"].reshape(h["k"].shape[0], h["k"].shape[1], 1, -1)
-    vc = h["v"] if family != "mla_decode" else kc
-    want_o, want_l = paged_decode_reference(h["q"], kc, vc, h["bt"], h["lens"], scale=1 / math.sqrt(shape[2]),
-                                            causal=s_q > 1, v_dim=512 if family == "mla_decode" else None)
-    got_o = out.float().cpu().numpy()
-    assert not np.isnan(got_o).any(), f"{shape}: NaN in the output"
-    err = rel_l2(got_o, want_o)
-    assert err < 1e-2, f"{shape}: relative L2 error {err:.2e}"
-    fin = np.isfinite(want_l)
-    np.testing.assert_allclose(lse.cpu().numpy()[fin], want_l[fin], rtol=0, atol=2e-2)
+    want_o, want_l = reference(family, case.host, causal=s_q > 1)
+    assert_matches(out, lse, want_o, want_l, what=str(shape))
 
 
 def _compile_shape(shape):

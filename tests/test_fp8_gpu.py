@@ -7,15 +7,13 @@ and graph capture with a device-tensor scale changed between replays. Each check
 the error against the original 16-bit cache (what quantization costs)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from kvforge.runtime.reference import paged_decode_reference
 
-from paged_inputs import make_case, rel_l2
+from paged_inputs import assert_matches, make_case, reference, rel_l2
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-2          # against the reference on the dequantized cache
@@ -91,24 +89,10 @@ def _check(family, c: Fp8Case, out, lse, *, causal):
 
     torch.cuda.synchronize()
     h = c.base.host
-    scale = 1 / math.sqrt(h["q"].shape[-1])
-    dv = 512 if family == "mla_decode" else None
-    want_o, want_l = paged_decode_reference(h["q"], c.deq_k, c.deq_v, h["bt"], h["lens"], scale=scale,
-                                            causal=causal, v_dim=dv)
-    got_o = out.float().cpu().numpy()
-    got_l = lse.cpu().numpy()
-    assert not np.isnan(got_o).any(), "output has NaN: an element was not written or a poisoned byte was read"
-    assert not np.isnan(got_l).any(), "lse has NaN"
-    err = rel_l2(got_o, want_o)
-    assert err < TOL, f"relative L2 error {err:.2e} against the dequantized cache"
-    np.testing.assert_array_equal(np.isneginf(got_l), np.isneginf(want_l))
-    fin = np.isfinite(want_l)
-    np.testing.assert_allclose(got_l[fin], want_l[fin], rtol=0, atol=2e-2)
-    kc = h["k"] if family != "mla_decode" else h["k"].reshape(h["k"].shape[0], h["k"].shape[1], 1, -1)
-    vc = h["v"] if family != "mla_decode" else kc
-    orig_o, _ = paged_decode_reference(h["q"], np.nan_to_num(kc), np.nan_to_num(vc), h["bt"], h["lens"],
-                                       scale=scale, causal=causal, v_dim=dv)
-    q_err = rel_l2(got_o, orig_o)
+    want_o, want_l = reference(family, h, causal=causal, k=c.deq_k, v=c.deq_v)
+    err = assert_matches(out, lse, want_o, want_l, tol=TOL, what="against the dequantized cache")
+    orig_o, _ = reference(family, h, causal=causal)
+    q_err = rel_l2(out.float().cpu().numpy(), orig_o)
     print(f"fp8 error: {err:.2e} vs the dequantized cache, {q_err:.2e} vs the original 16-bit cache")
     assert q_err < QUANT_TOL, f"relative L2 error {q_err:.2e} against the original cache: quantization broken"
     return err
@@ -203,14 +187,8 @@ def test_fp8_graph_replay_reads_the_device_scale(family):
         lse.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        h = c.base.host
-        scale = 1 / math.sqrt(h["q"].shape[-1])
-        want_o, want_l = paged_decode_reference(h["q"], c.deq_k * fk, c.deq_v * fv, h["bt"], h["lens"], scale=scale,
-                                                causal=False, v_dim=512 if family == "mla_decode" else None)
-        err = rel_l2(out.float().cpu().numpy(), want_o)
-        assert err < TOL, f"scale x({fk}, {fv}): relative L2 error {err:.2e}"
-        fin = np.isfinite(want_l)
-        np.testing.assert_allclose(lse.cpu().numpy()[fin], want_l[fin], rtol=0, atol=2e-2)
+        want_o, want_l = reference(family, c.base.host, causal=False, k=c.deq_k * fk, v=c.deq_v * fv)
+        assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"scale x({fk}, {fv})")
 
 
 def test_fp8_plan_objects_run_their_layout():

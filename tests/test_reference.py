@@ -50,3 +50,30 @@ def test_reference_matches_dense_attention_through_shuffled_pages():
             np.testing.assert_array_equal(np.isinf(lse[b]), np.isinf(want_l))
             fin = np.isfinite(want_l)
             np.testing.assert_allclose(lse[b][fin], want_l[fin], rtol=1e-12)
+
+
+def test_the_gpu_tests_reference_check_passes_the_reference_and_catches_each_fault():
+    """tests/paged_inputs.assert_matches (every GPU test's check): the reference itself passes; a
+    NaN, an output off by more than the tolerance, a -inf lse row in the wrong place each fail."""
+    import numpy as np
+    import pytest
+
+    from paged_inputs import assert_matches, reference
+
+    rng = np.random.default_rng(5)
+    pages, ps, d = 6, 16, 64
+    host = {"q": rng.standard_normal((2, 1, 4, d)), "k": rng.standard_normal((pages, ps, 2, d)),
+            "v": rng.standard_normal((pages, ps, 2, d)), "bt": np.array([[0, 1, 2], [3, 4, 5]], dtype=np.int32),
+            "lens": np.array([40, 0], dtype=np.int32)}
+    want_o, want_l = reference("gqa_decode", host, causal=False)
+    assert assert_matches(want_o, want_l, want_o, want_l) == 0.0
+    nan_o = want_o.copy()
+    nan_o[0, 0, 0, 0] = np.nan
+    with pytest.raises(AssertionError, match="output has NaN"):
+        assert_matches(nan_o, want_l, want_o, want_l)
+    with pytest.raises(AssertionError, match="relative L2 error"):
+        assert_matches(want_o * 1.05, want_l, want_o, want_l)
+    moved = want_l.copy()
+    moved[1] = 0.0  # the empty sequence's rows must stay -inf
+    with pytest.raises(AssertionError, match="-inf lse rows differ"):
+        assert_matches(want_o, moved, want_o, want_l)

@@ -3,14 +3,12 @@ gqa_decode (no graph breaks) match the eager call and the float64 reference; opc
 registered ops; mode="reduce-overhead" (cudagraph trees) replayed with new lengths and queries."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 
-from kvforge.runtime.reference import paged_decode_reference
 
-from paged_inputs import make_case, rel_l2
+from paged_inputs import assert_matches, make_case, reference
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
@@ -18,23 +16,12 @@ TOL = 1e-2
 
 
 def _reference(family, case, *, causal):
-    h = case.host
-    kc = h["k"] if family != "mla_decode" else h["k"].reshape(h["k"].shape[0], h["k"].shape[1], 1, -1)
-    vc = h["v"] if family != "mla_decode" else kc
-    return paged_decode_reference(h["q"], kc, vc, h["bt"], h["lens"], scale=1 / math.sqrt(h["q"].shape[-1]),
-                                  causal=causal, v_dim=512 if family == "mla_decode" else None)
+    return reference(family, case.host, causal=causal)
 
 
 def _assert_matches_reference(family, case, out, lse, *, causal):
     want_o, want_l = _reference(family, case, causal=causal)
-    got_o = out.float().cpu().numpy().reshape(want_o.shape)
-    got_l = lse.cpu().numpy()
-    assert not np.isnan(got_o).any() and not np.isnan(got_l).any()
-    err = rel_l2(got_o, want_o)
-    assert err < TOL, f"relative L2 error {err:.2e}"
-    fin = np.isfinite(want_l)
-    np.testing.assert_array_equal(np.isneginf(got_l), np.isneginf(want_l))
-    np.testing.assert_allclose(got_l[fin], want_l[fin], rtol=0, atol=2e-2)
+    assert_matches(out, lse, want_o, want_l, tol=TOL)
 
 
 def _reset():
