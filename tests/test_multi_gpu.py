@@ -50,7 +50,8 @@ def _case(family, seed):
 
 def _check(family, case, out, lse):
     want_o, want_l = reference(family, case.host, causal=False)
-    assert_matches(out, lse, want_o, want_l, what=f"{family} on {out.device} (NaN: not written, or written before the poison on this stream)")
+    assert_matches(out, lse, want_o, want_l,
+                   what=f"{family} on {out.device} (NaN: not written, or written before the poison on this stream)")
 
 
 @pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
