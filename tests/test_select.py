@@ -92,3 +92,45 @@ def test_backend_sm90_where_it_has_no_kernels_and_unknown_backends_are_rejected(
 def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
     cfg = select_decode_config("mla_decode", "sm_90", dtype, page, heads=128, head_dim=576, s_q=s_q)
     assert cfg.backend == "sm90" and Variant(cfg).name in DEFAULT_NAMES
+
+
+@pytest.mark.parametrize("heads,s_q", [(1, 1), (16, 1), (64, 1), (128, 1), (16, 4), (32, 2)])
+@pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
+def test_fp8_mla_runs_the_sm80_load_and_convert_kernel_at_every_head_count(heads, s_q, mode, block):
+    """fp8 caches take the sm80 backend even where 16-bit MLA would take sm90 (its FP8 kernels have
+    not landed), with a convert stage, at most 384 threads, in the arch's shared memory."""
+    cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
+                               scale_mode=mode, scale_block_size=block)
+    assert cfg.backend == "sm80" and cfg.is_fp8 and cfg.convert is not None
+    assert cfg.scale_mode == mode and cfg.threads <= 384 and cfg.max_s_q >= s_q
+    assert cfg.layout.total_bytes <= arch_spec("sm_90").max_smem_per_block
+    assert cfg.mma_dtype == ("fp16" if mode == "per_tensor" else "bf16")
+
+
+@pytest.mark.parametrize("d,convert", [(64, 6), (128, 6), (256, 4)])
+def test_fp8_gqa_takes_six_convert_warps_but_four_at_d256(d, convert):
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1,
+                               scale_mode="per_tensor")
+    assert cfg.convert.num_convert == convert and cfg.pipeline.num_producer == 2 and cfg.ctas_per_sm == 2
+
+
+def test_fp8_is_refused_where_it_cannot_run():
+    from kvforge.codegen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"backend='sm90': its fp8 .* have not landed"):
+        select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=64, head_dim=576, s_q=1, backend="sm90",
+                             scale_mode="per_tensor")
+    with pytest.raises(ConfigError, match=r"arch='sm_86': fp8_e4m3 KV is converted with the hardware e4m3"):
+        select_decode_config("gqa_decode", "sm_86", "bf16", 16, heads=4, head_dim=128, s_q=1,
+                             scale_mode="per_tensor")
+
+
+@pytest.mark.parametrize("family,heads,d,page,mode,block", [
+    ("mla_decode", 16, 576, 64, "per_tensor", None), ("mla_decode", 16, 576, 64, "fp8_ds_mla", None),
+    ("mla_decode", 16, 576, 64, "block", 64), ("gqa_decode", 4, 128, 16, "per_tensor", None),
+    ("gqa_decode", 8, 128, 16, "per_tensor", None),
+])
+def test_common_fp8_shapes_choose_a_pregenerated_variant(family, heads, d, page, mode, block):
+    cfg = select_decode_config(family, "sm_90", "bf16", page, heads=heads, head_dim=d, s_q=1, scale_mode=mode,
+                               scale_block_size=block)
+    assert Variant(cfg).name in DEFAULT_NAMES
