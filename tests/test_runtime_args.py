@@ -160,3 +160,18 @@ def test_argument_slots_follow_the_contract_order_and_types():
     assert ctypes.c_float.from_address(argv[names.index("scale_log2")]).value == 0.5
     assert [type(s) for s in slots.slots] == [
         {"ptr": ctypes.c_uint64, "int": ctypes.c_int32, "float": ctypes.c_float}[a.scalar_kind] for a in contract.args]
+
+
+def test_fp8_caches_are_refused_on_rocm_and_on_pre_sm89_gpus(monkeypatch):
+    """No AMD backend reads OCP e4m3fn (MI300's native fp8 is e4m3fnuz); sm_80/sm_86 have no e4m3
+    conversion: both refuse before any variant is chosen, saying why."""
+    from kvforge.runtime import decode
+
+    fp8 = KVFormat("fp8_e4m3", "per_tensor")
+    monkeypatch.setattr(decode, "_on_rocm", lambda: True)
+    with pytest.raises(ValueError, match=r"kv_cache: fp8 KV caches are not supported on AMD GPUs .*e4m3fnuz"):
+        decode.select_config("gqa_decode", "bf16", 16, 4, 128, 1, 0, fp8)
+    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
+    monkeypatch.setattr(decode, "device_arch", lambda device_id: "sm_86")
+    with pytest.raises(ValueError, match=r"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 .* sm_86"):
+        decode.select_config("mla_decode", "bf16", 64, 16, 576, 1, 0, fp8)
