@@ -1,6 +1,7 @@
 """The C host launcher headers in generated/ compile and link into a host program with plain nvcc
-(it is not run here: CI has no GPU): an sm80 MLA and GQA variant for sm_90, and an sm90 MLA variant
-(whose launcher encodes the KV cache's TMA tensor map) for sm_90a, each source built for its arch."""
+(it is not run here: CI has no GPU): an sm80 MLA and GQA variant for sm_90, an sm90 MLA variant
+(whose launcher encodes the KV cache's TMA tensor map) for sm_90a, and an FP8 GQA variant (byte
+caches and the four scale arguments), each source built for its arch."""
 from __future__ import annotations
 
 import json
@@ -35,7 +36,10 @@ int main() {
                            num_sms, 0.08f, 0, 0);
   cudaError_t e3 = SM90_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, 1, 1, 128, 1, 16, 4,
                             num_sms, 0.04f, 0, 0);
-  std::printf("%d %d %d\\n", (int)e1, (int)e2, (int)e3);
+  cudaError_t e4 = FP8_run(nullptr, (const unsigned char*)0, (const unsigned char*)0, nullptr, nullptr, nullptr,
+                           nullptr, ws, 1, 1, 32, 8, 16, 4, num_sms, 0.08f, 0, (const float*)0, (const float*)0,
+                           0.5f, 0.25f, 0);
+  std::printf("%d %d %d %d\\n", (int)e1, (int)e2, (int)e3, (int)e4);
   return 0;
 }
 """
@@ -44,26 +48,31 @@ NULL_ARGS = ("((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfl
 
 
 def pick(manifest: dict) -> dict:
-    """A bf16 variant of each: 'mla_decode' and 'gqa_decode' (sm80 backend, sm_90), 'sm90' (MLA, sm_90a)."""
+    """A bf16 variant of each: 'mla_decode' and 'gqa_decode' (sm80 backend, sm_90), 'sm90' (MLA, sm_90a),
+    and 'fp8' (GQA with a per-tensor fp8 cache, sm_90)."""
     out = {}
     for e in manifest["variants"]:
-        if e["family"] not in ("mla_decode", "gqa_decode") or e["config"]["q_dtype"] != "bf16":
+        cfg = e["config"]
+        if e["family"] not in ("mla_decode", "gqa_decode") or cfg["q_dtype"] != "bf16":
             continue
-        if e["arch"] == "sm_90":
+        if cfg["kv_dtype"] == "fp8_e4m3":
+            if e["family"] == "gqa_decode" and cfg["scale_mode"] == "per_tensor" and e["arch"] == "sm_90":
+                out.setdefault("fp8", e)
+        elif e["arch"] == "sm_90":
             out.setdefault(e["family"], e)
         elif e["backend"] == "sm90":
             out.setdefault("sm90", e)
-    missing = sorted({"mla_decode", "gqa_decode", "sm90"} - set(out))
+    missing = sorted({"mla_decode", "gqa_decode", "sm90", "fp8"} - set(out))
     assert not missing, f"no bf16 {', '.join(missing)} variant in the manifest; stale? run `kvforge generate`"
     return out
 
 
 def host_source(picked: dict) -> str:
     """MAIN calling the launchers of `pick`'s variants."""
-    mla, gqa, sm90 = picked["mla_decode"], picked["gqa_decode"], picked["sm90"]
+    mla, gqa, sm90, fp8 = picked["mla_decode"], picked["gqa_decode"], picked["sm90"], picked["fp8"]
     src = (MAIN.replace("MLA_ws", f"{mla['name']}_workspace_bytes").replace("MLA_run", f"{mla['name']}_run")
            .replace("GQA_run", f"{gqa['name']}_run").replace("SM90_ws", f"{sm90['name']}_workspace_bytes")
-           .replace("SM90_run", f"{sm90['name']}_run"))
+           .replace("SM90_run", f"{sm90['name']}_run").replace("FP8_run", f"{fp8['name']}_run"))
     return src.replace("(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr", NULL_ARGS)
 
 
