@@ -16,8 +16,8 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from contextlib import contextmanager
 import weakref
+from contextlib import contextmanager
 from functools import lru_cache
 
 from kvforge.codegen import policy
@@ -26,7 +26,7 @@ from kvforge.codegen.variant import Variant
 
 from . import torch_ops
 from .call_args import CallShape, check_ranges_on_host, validate
-from .kv_format import KVFormat, scale_values
+from .kv_format import KVFormat, planned_format, scale_values
 from .device import device_arch, on_device
 from .launch import LaunchError
 from .plan import DecodePlan
@@ -59,9 +59,11 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
 
         return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
                                   s_q=s_q)
+    from kvforge.codegen.decode_sm80 import FP8_ARCHS
+
     fp8 = kv is not None and kv.is_fp8
     arch = device_arch(device_id)
-    if fp8 and arch in ("sm_80", "sm_86"):
+    if fp8 and arch not in FP8_ARCHS:
         raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
                          f"{arch} (use a bf16/fp16 cache)")
     return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
@@ -208,8 +210,7 @@ def _bind_torch():
 class _Prepared:
     """A validated call signature: its shape, plan, launch sizes and what the hot path allocates."""
 
-    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale_log2", "sizes", "torch_device", "out_dtype",
-                 "scaled")
+    __slots__ = ("shape", "plan", "geometry", "ws_floats", "scale_log2", "sizes", "torch_device", "out_dtype")
 
     def __init__(self, shape: CallShape, plan: DecodePlan) -> None:
         self.shape, self.plan = shape, plan
@@ -219,7 +220,6 @@ class _Prepared:
         self.sizes = (shape.batch, shape.s_q, shape.num_q_heads, shape.num_kv_heads, shape.num_pages,
                       shape.max_pages, self.geometry)
         self.torch_device = self.out_dtype = None
-        self.scaled = plan.takes_scales  # fp8: the kernel takes the scale arguments
         if _torch is not None:
             self.torch_device = _torch.device("cuda", shape.device_id)
             self.out_dtype = {"bf16": _torch.bfloat16, "fp16": _torch.float16}[shape.dtype]
@@ -269,9 +269,11 @@ class _Runner:
                                   plan_source, workspace, scales)
 
     @staticmethod
-    def _scale_args(prep, scales):
-        """The fp8 kernel's scale arguments (the packed fp8_ds_mla layout passes none: its kernel
-        reads the scales in the tokens)."""
+    def _scale_args(plan, scales):
+        """The scale arguments of an fp8 kernel (None for a 16-bit one). The packed fp8_ds_mla layout
+        passes none: its kernel reads the scales in the tokens."""
+        if not plan.takes_scales:
+            return None
         if scales is None:
             return scale_values(None, None)
         vals = tuple(scales.values())
@@ -304,7 +306,7 @@ class _Runner:
         scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(), out.data_ptr(), lse.data_ptr())
         causal_flag = 1 if causal and shape.s_q > 1 else 0
-        kv_scales = self._scale_args(prep, scales) if prep.scaled else None
+        kv_scales = self._scale_args(prep.plan, scales)
         plan = prep.plan
         if plan.launcher.platform == "cuda" and T._C._cuda_getDevice() != dev:
             with on_device(dev):  # the tensors' device, whatever the caller's current one is
@@ -336,7 +338,7 @@ class _Runner:
         scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
         ptrs = tuple(_ptr(x) for x in (q, k, v, bt, sl, out, lse))
         causal_flag = 1 if causal and shape.s_q > 1 else 0
-        kv_scales = self._scale_args(prep, scales) if prep.scaled else None
+        kv_scales = self._scale_args(prep.plan, scales)
         if prep.plan.launcher.platform == "cuda":
             with on_device(dev):
                 prep.plan.launch_packed(prep.sizes, ptrs, ws, scale_log2, causal_flag, handle, kv_scales)
@@ -459,29 +461,6 @@ class _FixedPlan:
         return owner.plan
 
 
-def _fp8_format(family: str, fp8_layout: str | None, scale_block_size: int | None, head_dim: int) -> KVFormat | None:
-    """The KVFormat a plan object is built for (None: a 16-bit cache); a block size is named as the
-    calls' scale shapes name it (the largest with the same ceil(D / block))."""
-    layouts = ("per_tensor", "block") + (("fp8_ds_mla",) if family == "mla_decode" else ())
-    if fp8_layout is None:
-        if scale_block_size is not None:
-            raise ValueError(f"scale_block_size={scale_block_size}: only with fp8_layout='block'")
-        return None
-    if fp8_layout not in layouts:
-        raise ValueError(f"fp8_layout={fp8_layout!r}: supported {', '.join(map(repr, layouts))} (or None for a "
-                         "bf16/fp16 cache)")
-    if (fp8_layout == "block") != (scale_block_size is not None):
-        raise ValueError(f"scale_block_size={scale_block_size}: required (one of "
-                         f"{', '.join(map(str, policy.SCALE_BLOCK_SIZES))}) exactly when fp8_layout='block'")
-    if scale_block_size is not None and scale_block_size not in policy.SCALE_BLOCK_SIZES:
-        raise ValueError(f"scale_block_size={scale_block_size}: supported "
-                         f"{', '.join(map(str, policy.SCALE_BLOCK_SIZES))}")
-    if scale_block_size is not None:
-        blocks = -(-head_dim // scale_block_size)
-        scale_block_size = max(bs for bs in policy.SCALE_BLOCK_SIZES if -(-head_dim // bs) == blocks)
-    return KVFormat("fp8_e4m3", fp8_layout, scale_block_size)
-
-
 class _DecodeObject:
     family = ""
 
@@ -490,7 +469,7 @@ class _DecodeObject:
                  scale_block_size: int | None = None) -> None:
         if dtype not in ("bf16", "fp16"):
             raise ValueError(f"dtype={dtype!r}: supported 'bf16', 'fp16'")
-        kv = _fp8_format(self.family, fp8_layout, scale_block_size, head_dim)
+        kv = planned_format(self.family, fp8_layout, scale_block_size, head_dim)
         if page_size not in policy.PAGE_SIZES:
             raise ValueError(f"page_size={page_size}; supported: {', '.join(map(str, policy.PAGE_SIZES))}")
         if not 1 <= s_q <= policy.MAX_S_Q:

@@ -104,6 +104,29 @@ def _scale_mode(name: str, value, cache: TensorArg) -> tuple[str, int | None]:
     return "block", sizes[-1]
 
 
+def planned_format(family: str, fp8_layout: str | None, scale_block_size: int | None, head_dim: int) -> KVFormat | None:
+    """The KVFormat a plan object (MLADecode / GQADecode) is built for, from its `fp8_layout` and
+    `scale_block_size` arguments (None: a 16-bit cache); a block size is named as the calls' scale
+    shapes name it (the largest with the same ceil(D / block))."""
+    layouts = ("per_tensor", "block") + (("fp8_ds_mla",) if family == "mla_decode" else ())
+    if fp8_layout is None:
+        if scale_block_size is not None:
+            raise ValueError(f"scale_block_size={scale_block_size}: only with fp8_layout='block'")
+        return None
+    if fp8_layout not in layouts:
+        raise ValueError(f"fp8_layout={fp8_layout!r}: supported {', '.join(map(repr, layouts))} (or None for a "
+                         "bf16/fp16 cache)")
+    if (fp8_layout == "block") != (scale_block_size is not None):
+        raise ValueError(f"scale_block_size={scale_block_size}: required (one of "
+                         f"{', '.join(map(str, SCALE_BLOCK_SIZES))}) exactly when fp8_layout='block'")
+    if scale_block_size is not None:
+        if scale_block_size not in SCALE_BLOCK_SIZES:
+            raise ValueError(f"scale_block_size={scale_block_size}: supported {', '.join(map(str, SCALE_BLOCK_SIZES))}")
+        blocks = -(-head_dim // scale_block_size)
+        scale_block_size = max(bs for bs in SCALE_BLOCK_SIZES if -(-head_dim // bs) == blocks)
+    return KVFormat("fp8_e4m3", fp8_layout, scale_block_size)
+
+
 def mla_token_dim(fmt: KVFormat) -> int:
     """The last dimension an MLA cache of this format has."""
     return DS_MLA_TOKEN_BYTES if fmt.scale_mode == "fp8_ds_mla" else MLA_DIMS[0]

@@ -175,3 +175,13 @@ def test_fp8_caches_are_refused_on_rocm_and_on_pre_sm89_gpus(monkeypatch):
     monkeypatch.setattr(decode, "device_arch", lambda device_id: "sm_86")
     with pytest.raises(ValueError, match=r"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 .* sm_86"):
         decode.select_config("mla_decode", "bf16", 64, 16, 576, 1, 0, fp8)
+
+
+def test_a_scale_that_is_neither_a_number_nor_an_array_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"^kv_scale: expected a CUDA array \(DLPack or __cuda_array_interface__\), "
+                                        r"got str"):
+        cache_format("mla_decode", (_cache("fp8_e4m3", (10, 64, 576)),), "bf16", {"kv_scale": "0.5"})
+    with pytest.raises(TypeError, match=r"^k_scale: expected a CUDA array"):
+        cache_format("gqa_decode", (_cache("fp8_e4m3", (10, 16, 8, 128), "k_cache"),
+                                    _cache("fp8_e4m3", (10, 16, 8, 128), "v_cache")), "bf16",
+                     {"k_scale": [1.0], "v_scale": 1.0})
