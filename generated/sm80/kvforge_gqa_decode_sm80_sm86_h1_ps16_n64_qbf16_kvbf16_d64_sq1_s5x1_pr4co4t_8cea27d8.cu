@@ -17,7 +17,6 @@ using T = __nv_bfloat16;      // q and out
 using TM = __nv_bfloat16;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
 using OutPack = kvforge::sm80::MmaType<T>;
-constexpr bool kQToF16 = false;  // bf16 q, fp16 MMA: Q converted once per CTA
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
 using tile::FragA;
@@ -228,7 +227,6 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
   }
   tile::cp_async_wait_all();
 }
-
 
 
 // ---- consumer phases ---------------------------------------------------------------------------

@@ -20,7 +20,6 @@ using T = __nv_bfloat16;      // q and out
 using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
 using OutPack = kvforge::sm80::MmaType<T>;
-constexpr bool kQToF16 = true;  // bf16 q, fp16 MMA: Q converted once per CTA
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
 using tile::FragA;
@@ -205,57 +204,6 @@ struct RowMap {
 struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
-
-// ---- producer: one KV tile --------------------------------------------------------------------
-// Producer warp `pw` of kProducers gathers rows pw, pw + kProducers, ... of the tile of keys
-// [j0, j0 + kBN): each row's offset is looked up once through the block table and staged in SMEM,
-// then every lane streams 16-byte chunks. Rows past key_end are zero-filled without touching
-// memory (their pages may not exist).
-__device__ __forceinline__ void load_kv_tile(unsigned char* stage, const T* k_cache, const T* v_cache,
-                                             const int* bt_row, long long token_stride, int kv_head, int j0,
-                                             int key_end, int pw, int lane, long long* row_off) {
-  for (int i = lane; i < kRowsPerProducer; i += 32) {
-    const int j = j0 + pw + i * kProducers;
-    row_off[i] = j < key_end ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
-                                   token_stride + static_cast<long long>(kv_head) * kDqk
-                             : -1;
-  }
-  __syncwarp();
-  // kLanesPerRow lanes cover a row's 16-byte chunks (kColIters passes when a row has more than 32)
-  const int lane_col = lane % kLanesPerRow;
-#pragma unroll 2
-  for (int i = lane / kLanesPerRow; i < kRowsPerProducer; i += kRowsPerPass) {
-    const long long off = row_off[i];
-    const bool valid = off >= 0;
-    const long long src = valid ? off : 0;
-    unsigned char* dst = stage + (pw + i * kProducers) * kKVStride;
-#pragma unroll
-    for (int ci = 0; ci < kColIters; ++ci) {
-      const int c = lane_col + ci * 32;
-      if (kChunksPerRow % 32 == 0 || c < kChunksPerRow) {
-        tile::cp_async_16(dst + c * 16, k_cache + src + c * 8, valid);
-        if constexpr (!kIsMLA) tile::cp_async_16(dst + kVOffset + c * 16, v_cache + src + c * 8, valid);
-      }
-    }
-  }
-  __syncwarp();  // row_off is rewritten for the next tile
-}
-
-__device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const T* k_cache,
-                                              const T* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
-                                              const Work& w, int pw, int lane) {
-  long long* row_off = reinterpret_cast<long long*>(smem + kOffRowOffsets) + pw * kRowsPerProducer;
-  kvforge::PipelineProducer<Ring> pipe{ring};
-  const long long token_stride = static_cast<long long>(num_kv_heads) * kDqk;
-  for (int t = 0; t < w.num_tiles; ++t) {
-    pipe.producer_acquire();
-    load_kv_tile(smem + kOffKV + pipe.index() * kStageBytes, k_cache, v_cache, bt_row, token_stride, kv_head,
-                 w.key_begin + t * kBN, w.key_end, pw, lane, row_off);
-    pipe.producer_commit_cp_async();
-    pipe.advance();
-  }
-  tile::cp_async_wait_all();
-}
 
 // ---- fp8 producer: one fp8 tile into the load ring ---------------------------------------------
 // As load_kv_tile, in bytes: producer warp `pw` looks up the token of rows pw, pw + kProducers, ...
