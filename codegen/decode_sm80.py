@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from .decode import DecodeConfig
 from .pipeline import MBARRIER_BYTES, ConvertConfig, PipelineConfig
@@ -15,6 +15,7 @@ from .smem import SmemLayout, SmemLayoutBuilder
 
 MMA_M = 16
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
+BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk with mbarrier complete_tx
 FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
 
@@ -23,6 +24,9 @@ class Sm80DecodeConfig(DecodeConfig):
     backend: Literal["sm80"] = "sm80"
     pipeline: PipelineConfig
     convert: ConvertConfig | None = None  # fp8 KV: the load-and-convert ring in front of the MMA ring
+    kv_load: Literal["cp_async", "bulk"] = Field(
+        default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, or one "
+        "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer)")
 
     @model_validator(mode="before")
     @classmethod
@@ -51,6 +55,12 @@ class Sm80DecodeConfig(DecodeConfig):
         elif self.convert is not None:
             raise ValueError(f"{where}.convert: the load-and-convert ring is for kv_dtype='fp8_e4m3' only; "
                              f"remove it for kv_dtype={self.kv_dtype!r}")
+        if self.kv_load == "bulk":
+            if self.arch not in BULK_ARCHS:
+                raise ValueError(f"{where}.kv_load='bulk': cp.async.bulk exists on {', '.join(BULK_ARCHS)}; "
+                                 f"{self.arch} has none (use 'cp_async')")
+            if self.is_fp8:
+                raise ValueError(f"{where}.kv_load='bulk': the fp8 load ring is filled by cp.async; use 'cp_async'")
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
             raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps and "
                              f"num_qk_stages=1; got num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}")
@@ -230,7 +240,8 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.block_n // self.pipeline.num_producer
 
     def backend_name_fields(self) -> list[str]:
-        return self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
+        return (self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
+                + (["bulk"] if self.kv_load == "bulk" else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         p = self.pipeline

@@ -73,6 +73,17 @@ def _ring_candidates(fp8: bool, family: str, head_dim: int = 0):
                        {"num_load_stages": load_stages, "num_convert": convert})
 
 
+# GQA head dims from which 16-bit KV is loaded by cp.async.bulk (one copy per K/V row) on sm_90:
+# measured 1-4% faster than 16-byte cp.async at D = 128 and 256, 24% slower at D = 64 (128-byte
+# rows); bench/RESULTS.md, "Bulk-copy producers".
+BULK_MIN_HEAD_DIM = 128
+
+
+def bulk_loads(family: str, arch: str, head_dim: int, fp8: bool) -> bool:
+    """Whether the sm80 kernel's producers fill the ring by cp.async.bulk for these shapes."""
+    return family == "gqa_decode" and arch == "sm_90" and not fp8 and head_dim >= BULK_MIN_HEAD_DIM
+
+
 def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
                  s_q: int, explicit: dict | None, kv: dict | None = None
                  ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
@@ -84,6 +95,8 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     base = {**dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
                    page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
     fp8 = base["kv_dtype"] == "fp8_e4m3"
+    if bulk_loads(family, arch, dqk, fp8):
+        base["kv_load"] = "bulk"
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:

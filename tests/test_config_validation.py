@@ -24,6 +24,10 @@ SELF = dict(arch="sm_90", fill="arrive", slot_bytes=8192, pipeline={"num_kv_stag
 
 INVALID = [
     # (model, data, substrings the message must contain)
+    (DecodeConfig, dict(GQA, arch="sm_89", kv_load="bulk"), ["kv_load='bulk'", "sm_90, sm_100a", "'cp_async'"]),
+    (DecodeConfig, dict(GQA, kv_load="bulk", kv_dtype="fp8_e4m3", scale_mode="per_tensor",
+                        convert={"num_load_stages": 2}), ["kv_load='bulk'", "fp8", "'cp_async'"]),
+    (DecodeConfig, dict(GQA, kv_load="tma"), ["kv_load", "'cp_async' or 'bulk'"]),
     (PipelineConfig, {"num_kv_stages": 1}, ["num_kv_stages=1", "greater than or equal to 2"]),
     (PipelineConfig, {"num_kv_stages": 9}, ["num_kv_stages=9", "less than or equal to 8"]),
     (PipelineConfig, {"num_kv_stages": 2, "num_qk_stages": 0}, ["num_qk_stages=0", "greater than or equal to 1"]),

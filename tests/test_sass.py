@@ -147,3 +147,25 @@ def test_fp8_conversion_uses_the_hardware_e4m3_instructions(variant, tmp_path):
     spill_ok = 64 if variant.config.heads_per_cta * variant.config.max_s_q >= 64 else 0
     assert res.spill_store_bytes <= spill_ok, (
         f"{variant.name}: {res.spill_store_bytes} B of spill stores at {res.registers} registers")
+
+
+ALL_BULK = [v for v in sorted(load_matrix(), key=lambda v: v.name) if getattr(v.config, "kv_load", "") == "bulk"]
+
+
+def test_the_default_matrix_has_bulk_copy_variants():
+    assert {v.config.head_dim_qk for v in ALL_BULK} >= {128, 256}, [v.name for v in ALL_BULK]
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", ALL_BULK, ids=lambda v: v.name)
+def test_bulk_copy_producers_issue_ublkcp_without_local_memory(variant, tmp_path):
+    """kv_load='bulk': the ring is filled by cp.async.bulk (UBLKCP, one per K/V row), and the
+    kernel keeps to registers (no LDL/STL)."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    assert re.search(r"\bUBLKCP\b", main), "no UBLKCP (cp.async.bulk) in the kernel"
+    assert not re.search(r"\b(LDL|STL)\b", main), "local memory traffic (LDL/STL) in the kernel"
+    assert k.resources.spill_store_bytes == 0

@@ -134,3 +134,20 @@ def test_common_fp8_shapes_choose_a_pregenerated_variant(family, heads, d, page,
     cfg = select_decode_config(family, "sm_90", "bf16", page, heads=heads, head_dim=d, s_q=1, scale_mode=mode,
                                scale_block_size=block)
     assert Variant(cfg).name in DEFAULT_NAMES
+
+
+@pytest.mark.parametrize("d,arch,dtype,load", [
+    (128, "sm_90", "bf16", "bulk"), (256, "sm_90", "fp16", "bulk"), (64, "sm_90", "bf16", "cp_async"),
+    (128, "sm_89", "bf16", "cp_async"), (128, "sm_100a", "bf16", "cp_async"),
+])
+def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128(d, arch, dtype, load):
+    """Measured on the H200 (bench/RESULTS.md): cp.async.bulk per row beats 16-byte cp.async at
+    D = 128 and 256 and loses at D = 64; unmeasured arches keep cp.async."""
+    cfg = select_decode_config("gqa_decode", arch, dtype, 16, heads=4, head_dim=d, s_q=1)
+    assert cfg.kv_load == load and cfg.pipeline.num_producer == 4
+
+
+def test_fp8_gqa_and_mla_never_take_bulk_loads():
+    assert select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1,
+                                scale_mode="per_tensor").kv_load == "cp_async"
+    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1).kv_load == "cp_async"
