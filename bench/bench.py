@@ -194,6 +194,8 @@ SHAPES = [
     Shape("mla_decode", 128, 4096, 128), Shape("mla_decode", 128, 4096, 64, s_q=2),
     Shape("mla_decode", 32, 8192, 128), Shape("mla_decode", 1, 32768, 128),
     Shape("gqa_decode", 64, 8192, 32, 8, 128, page=16), Shape("gqa_decode", 1, 65536, 32, 8, 128, page=16),
+    Shape("gqa_decode", 128, 4096, 64, 8, 128, page=64), Shape("gqa_decode", 32, 4096, 32, 32, 128, page=16),
+    Shape("gqa_decode", 64, 8192, 32, 8, 64, page=16), Shape("gqa_decode", 64, 4096, 32, 8, 256, page=16),
 ]
 
 

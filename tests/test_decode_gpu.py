@@ -134,6 +134,29 @@ def test_gqa_page_sizes_and_dtypes(page_size, dtype):
     _check("gqa_decode", case, out, lse, causal=False)
 
 
+@pytest.mark.parametrize("kv_load", ["bulk", "cp_async"])
+@pytest.mark.parametrize("d,page_size,s_q", [(128, 16, 1), (256, 128, 1), (128, 32, 3)])
+def test_gqa_bulk_copy_and_cp_async_producers(kv_load, d, page_size, s_q):
+    """Both ways of filling the ring, pinned, on ragged lengths (partial last tiles whose V rows
+    past the end hold NaN in the cache) with NaN-poisoned outputs."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if kv_load == "bulk" and device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"cp.async.bulk needs sm_90 or newer; this device is {device_arch(0)}")
+    base = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=4, head_dim=d, s_q=s_q,
+                                backend="sm80")
+    cfg = DecodeConfig.model_validate({**base.model_dump(), "kv_load": kv_load})
+    case = make_case("gqa_decode", batch=4, s_q=s_q, hq=8, hkv=2, d=d, page_size=page_size,
+                     lens=[s_q, 1000, 77, 3], seed=d + page_size)
+    out, lse = _poisoned(case, "gqa_decode")
+    kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse,
+                       config=cfg)
+    _check("gqa_decode", case, out, lse, causal=s_q > 1)
+
+
 def test_gqa_accepts_3d_queries():
     import kvforge
 
