@@ -104,9 +104,21 @@ def _args(*pairs: str) -> tuple[KernelArg, ...]:
     return tuple(KernelArg(name=p.rsplit(" ", 1)[1], ctype=p.rsplit(" ", 1)[0]) for p in pairs)
 
 
+CUDA_COMBINE_THREADS = 512
+
+
 def combine_threads(cfg: DecodeConfig) -> int:
-    """Threads of the combine kernel: two output columns per thread, 32..256."""
-    return min(256, max(32, cfg.head_dim_v // 2))
+    """Threads of the combine kernel. CUDA: 512, in groups of head_dim_v / 4 threads (four output
+    columns each) that each add a share of the splits (`combine_groups`); HIP: one output column
+    per thread, 32..256."""
+    if cfg.backend == "cdna":
+        return min(256, max(32, cfg.head_dim_v // 2))
+    return CUDA_COMBINE_THREADS
+
+
+def combine_groups(cfg: DecodeConfig) -> int:
+    """The CUDA combine kernel's thread groups: each adds every combine_groups-th split."""
+    return CUDA_COMBINE_THREADS // (cfg.head_dim_v // 4)
 
 
 def selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> dict[str, KernelContract]:

@@ -8,7 +8,7 @@ from typing import Annotated, Union
 
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
-from .contract import KernelContract, decode_kernels, selftest_kernels
+from .contract import KernelContract, combine_groups, decode_kernels, selftest_kernels
 from .decode import BACKEND_CLASSES, DecodeConfig, _unknown_backend
 from .decode_cdna import CdnaDecodeConfig
 from .decode_sm80 import Sm80DecodeConfig
@@ -122,6 +122,7 @@ class Variant:
             "ds_mla_latent": DS_MLA_LATENT,
             "mma_c_type": C_TYPES[cfg.mma_dtype],
             "q_to_fp16": cfg.mma_dtype == "fp16" and cfg.q_dtype == "bf16",
+            "combine_groups": combine_groups(cfg),
         }
 
 

@@ -41,7 +41,7 @@ constexpr int kColIters = 1;
 constexpr int kThreads = 256;
 constexpr int kConvertWarps = 0;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 2;
-constexpr int kCombineThreads = 32;
+constexpr int kCombineThreads = 512;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 144;
 constexpr int kKVStride = 144;
@@ -547,8 +547,20 @@ kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058e
   }
 }
 
+// One CTA per (head, query, sequence) whose sequence was split: each split's lse is read once,
+// in parallel, into shared memory and turned into its weight there; then the threads form
+// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
+// splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
+// groups' sums meet in shared memory.
+constexpr int kCombineGroups = 32;
+constexpr int kCombineCols = kDv / 4;  // threads per group
+constexpr int kCombineBatch = 8;
+static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");
 extern "C" __global__ void __launch_bounds__(kCombineThreads)
 kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058ea81_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, int s_q, int num_q_heads, int num_splits) {
+  __shared__ float s_w[kMaxSplits];
+  __shared__ float4 s_acc[kCombineGroups][kCombineCols];
+  __shared__ int s_nan;
   const int head = blockIdx.x, qi = blockIdx.y, b = blockIdx.z;
   int n, chunk;
   policy_split_plan(seqlens[b], num_splits, kMinKeysPerSplit, kBN, &n, &chunk);
@@ -557,27 +569,64 @@ kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058e
   const long long split_step = static_cast<long long>(s_q) * num_q_heads;
   const long long orow = (static_cast<long long>(b) * s_q + qi) * num_q_heads + head;
   const long long lse_at = (static_cast<long long>(b) * num_q_heads + head) * s_q + qi;
-  if (any_nan(part_lse, prow0, split_step, n)) {  // a split the guard refused: the whole row is NaN
-    for (int d = threadIdx.x * 2; d < kDv; d += 2 * kCombineThreads)
+  const int t = threadIdx.x;
+  if (t == 0) s_nan = 0;
+  __syncthreads();
+  if (t < n) {
+    const float l = part_lse[prow0 + t * split_step];
+    s_w[t] = l;
+    if (l != l) atomicOr(&s_nan, 1);
+  }
+  __syncthreads();
+  if (s_nan) {  // a split the guard refused: the whole row is NaN
+    for (int d = t * 2; d < kDv; d += 2 * kCombineThreads)
       *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(nan_f(), nan_f());
-    if (threadIdx.x == 0) lse[lse_at] = nan_f();
+    if (t == 0) lse[lse_at] = nan_f();
     return;
   }
   float lmax = neg_inf();
-  for (int s = 0; s < n; ++s) lmax = fmaxf(lmax, part_lse[prow0 + s * split_step]);
+  for (int s = 0; s < n; ++s) lmax = fmaxf(lmax, s_w[s]);
   const float lbase = lmax == neg_inf() ? 0.f : lmax;
   float wsum = 0.f;
-  for (int s = 0; s < n; ++s) wsum += expf(part_lse[prow0 + s * split_step] - lbase);
+  for (int s = 0; s < n; ++s) wsum += expf(s_w[s] - lbase);
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  for (int d = threadIdx.x * 2; d < kDv; d += 2 * kCombineThreads) {
-    float a0 = 0.f, a1 = 0.f;
-    for (int s = 0; s < n; ++s) {
-      const float wgt = expf(part_lse[prow0 + s * split_step] - lbase) * inv;
-      const float2 v = *reinterpret_cast<const float2*>(part_o + (prow0 + s * split_step) * kDv + d);
-      a0 += wgt * v.x;
-      a1 += wgt * v.y;
+  __syncthreads();  // every thread has read the lse values
+  if (t < n) s_w[t] = expf(s_w[t] - lbase) * inv;
+  __syncthreads();
+  const int g = t / kCombineCols, c = (t % kCombineCols) * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = g; s0 < n; s0 += kCombineBatch * kCombineGroups) {
+    float4 v[kCombineBatch];
+    float wgt[kCombineBatch];
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int s = s0 + u * kCombineGroups;
+      wgt[u] = s < n ? s_w[s] : 0.f;
+      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(a0, a1);
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      acc.x += wgt[u] * v[u].x;
+      acc.y += wgt[u] * v[u].y;
+      acc.z += wgt[u] * v[u].z;
+      acc.w += wgt[u] * v[u].w;
+    }
   }
-  if (threadIdx.x == 0) lse[lse_at] = wsum > 0.f ? lbase + logf(wsum) : neg_inf();
+  if constexpr (kCombineGroups > 1) {
+    s_acc[g][c / 4] = acc;
+    __syncthreads();
+    if (g == 0) {
+      for (int i = 1; i < kCombineGroups; ++i) {
+        const float4 o = s_acc[i][c / 4];
+        acc.x += o.x;
+        acc.y += o.y;
+        acc.z += o.z;
+        acc.w += o.w;
+      }
+    }
+  }
+  if (g == 0)
+    *reinterpret_cast<uint2*>(out + orow * kDv + c) = make_uint2(OutPack::pack(acc.x, acc.y), OutPack::pack(acc.z, acc.w));
+  if (t == 0) lse[lse_at] = wsum > 0.f ? lbase + logf(wsum) : neg_inf();
 }
