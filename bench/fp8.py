@@ -21,7 +21,7 @@ import kvforge  # noqa: E402
 from bench import L2_BYTES, Shape, ceilings, graph_ms, make_inputs  # noqa: E402
 
 LAYOUTS = (("per_tensor", None), ("block", 64), ("block", 128), ("fp8_ds_mla", None))
-SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 128),
+SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
           Shape("gqa_decode", 64, 8192, 32, 8, 128, page=16), Shape("gqa_decode", 1, 65536, 32, 8, 128, page=16)]
 
 
@@ -65,6 +65,16 @@ def deep_ring(sh: Shape, layout: str, block: int | None):
     data = cfg.model_dump(mode="json")
     data["convert"]["num_load_stages"] = 6
     return build(DecodeConfig, data)
+
+
+def backend_config(sh: Shape, layout: str, block: int | None, backend: str):
+    """The fp8 config of `backend` for this shape on this device (an A/B row against the built-in choice)."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    heads = sh.hq if sh.family == "mla_decode" else sh.hq // sh.hkv
+    return select_decode_config(sh.family, device_arch(0), "bf16", sh.page, heads=heads, head_dim=sh.d, s_q=sh.s_q,
+                                backend=backend, scale_mode=layout, scale_block_size=block)
 
 
 def flashinfer_fp8(sh: Shape, q, qkv, bt, lens):
@@ -128,8 +138,16 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001
                     notes.append(f"- {sh.label}: FlashInfer FP8 failed: {type(e).__name__}: {str(e)[:160]}")
             name = layout if block is None else f"{layout} {block}"
+            chosen = backend_config(sh, layout, block, None).backend
+            name = f"{name} ({chosen})"
             rows.append((sh.label, name, ms, nbytes / ms / 1e6, base / ms, target, fi_ms, fi_ms / ms, nbytes))
-            if sh.family == "gqa_decode" and layout == "per_tensor":
+            if sh.family == "mla_decode" and sh.hq * sh.s_q > 16:  # the other backend on the same inputs
+                other = "sm80" if chosen == "sm90" else "sm90"
+                cfg = backend_config(sh, layout, block, other)
+                oms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, cfg) for i in range(copies)], iters)
+                rows.append((sh.label, f"{name.rsplit(' (', 1)[0]} ({other}, A/B)", oms, nbytes / oms / 1e6,
+                             base / oms, target, fi_ms, fi_ms / oms, nbytes))
+            if sh.family == "gqa_decode" and layout == "per_tensor" and not args.quick:
                 deep = deep_ring(sh, layout, block)
                 dms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, deep) for i in range(copies)], iters)
                 rows.append((sh.label, f"{name}, 6-deep fp8 ring (A/B)", dms, nbytes / dms / 1e6, base / dms, target,

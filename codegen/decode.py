@@ -166,8 +166,11 @@ class DecodeConfig(BaseModel):
 
     @property
     def mma_dtype(self) -> str:
-        """The MMA's input type (q's dtype unless a backend says otherwise)."""
-        return self.q_dtype
+        """The MMA's input type. Per-tensor fp8 runs the MMAs in fp16 whatever q's dtype: e4m3 ->
+        fp16 is one exact instruction per pair (the scales are folded, not multiplied), bf16 queries
+        are converted once per CTA with a power-of-two scale (exact in fp16's normal range), and P
+        is in [0, 1]. Everything else computes in q's dtype."""
+        return "fp16" if self.scale_mode == "per_tensor" else self.q_dtype
 
     @property
     def scale_blocks(self) -> int:

@@ -143,14 +143,6 @@ class Sm80DecodeConfig(DecodeConfig):
         cp.async.mbarrier.arrive.noinc; with fp8 KV every convert thread after its stores."""
         return self.convert.convert_threads if self.is_fp8 else 32 * self.pipeline.num_producer
 
-    @property
-    def mma_dtype(self) -> str:
-        """The MMA's input type. Per-tensor fp8 runs the MMAs in fp16 whatever q's dtype: e4m3 ->
-        fp16 is one exact instruction per pair (the scales are folded, not multiplied), bf16 queries
-        are converted once per CTA with a power-of-two scale (exact in fp16's normal range), and P
-        is in [0, 1]. Everything else computes in q's dtype."""
-        return "fp16" if self.scale_mode == "per_tensor" else self.q_dtype
-
     # ---- fp8 KV: the load ring the producers fill and the convert warps drain -------------------
     @property
     def load_full_arrivals(self) -> int:

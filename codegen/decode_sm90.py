@@ -7,6 +7,13 @@ the first 512 of the same rows) math warpgroup g computes S for keys 32g..32g+31
 depth, the two exchange row maxima, each writes its half of P to one swizzled P tile, and each
 multiplies the whole P by its 256 columns of V. The producer warpgroup gives its registers to the
 math warpgroups (setmaxnreg).
+
+fp8 KV: the ring holds fp8 tiles (cp.async.bulk of each page's run of tokens, and of its block
+scales, completing on the full barrier), and the math warpgroups convert each into one 16-bit tile
+in the swizzled layout (each the V columns its PV reads and half the rope rows), release the fp8
+slot, and run the same QK/PV on it. A separate convert warpgroup does not fit: the 16-bit tile,
+the fp8 ring and Q fill the 227 KB, and only three warpgroups' registers exist beside two math
+warpgroups of 232.
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232)
 class Sm90DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm90"
     backend: Literal["sm90"] = "sm90"
-    num_kv_stages: int = Field(default=2, ge=2, le=4, description="KV tiles in flight in the TMA ring")
+    num_kv_stages: int = Field(default=2, ge=1, le=4, description="KV tiles in flight in the ring (16-bit: TMA "
+                               "tiles, at least 2; fp8: fp8 tiles, converted into one 16-bit tile)")
     qk_chains: int = Field(default=1, ge=1, le=2, description="QK accumulators per math warpgroup: 2 splits the "
                            "k16 steps into two independent wgmma chains (even/odd), summed after")
 
@@ -49,9 +57,11 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.family != "mla_decode":
             raise ValueError(f"{where}.family='gqa_decode': the sm90 backend's GQA kernels have not landed; "
                              "use backend 'sm80' (it runs on sm_90)")
-        if self.kv_dtype == "fp8_e4m3":
-            raise ValueError(f"{where}.kv_dtype='fp8_e4m3': FP8 KV has not landed on the sm90 backend; use "
-                             "backend 'sm80' (its load-and-convert kernels run on sm_89 and newer) or bf16/fp16")
+        if not self.is_fp8 and self.num_kv_stages < 2:
+            raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: a 16-bit KV ring needs 2 to 4 stages "
+                             "(1 is for fp8 KV, whose tiles are converted into a separate 16-bit tile)")
+        if self.is_fp8 and self.page_size < 16:
+            raise ValueError(f"{where}.page_size={self.page_size}: fp8 pages are copied in 16-row runs; use 16..128")
         if self.block_n != 64:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
                              "(two math warpgroups x 32)")
@@ -121,7 +131,41 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def tile_tx_bytes(self) -> int:
+        """Bytes a full tile brings into its ring slot (the full barrier's transaction count)."""
+        if self.is_fp8:
+            return self.block_n * (self.kv_token_bytes + self.kv8_scale_row_bytes)
         return self.boxes_per_tile * self.chunks_qk * self.box_bytes
+
+    # ---- fp8 KV: the fp8 ring, converted into one 16-bit tile -----------------------------------
+    @property
+    def kv16_tiles(self) -> int:
+        """16-bit KV tiles in SMEM: the TMA ring's stages, or the single tile fp8 is converted into."""
+        return 1 if self.is_fp8 else self.num_kv_stages
+
+    @property
+    def kv8_scale_row_bytes(self) -> int:
+        """fp32 block scales per token (bulk-copied apart from the tokens); the packed token holds its own."""
+        return 4 * self.scale_blocks if self.scale_mode == "block" else 0
+
+    @property
+    def kv8_scale_offset(self) -> int:
+        """Where a fp8 stage's block scales start: after its block_n tokens."""
+        return self.block_n * self.kv_token_bytes
+
+    @property
+    def kv8_stage_bytes(self) -> int:
+        """One fp8 ring slot: block_n tokens, then their block scales, rounded to 128 bytes."""
+        if not self.is_fp8:
+            return 0
+        return -(-(self.kv8_scale_offset + self.block_n * self.kv8_scale_row_bytes) // 128) * 128
+
+    @property
+    def convert_units(self) -> int:
+        """Units of 8 rows x 64 columns each math warpgroup converts per tile: its V columns' chunks
+        over all rows, and half the rows of the rope chunk(s)."""
+        latent = (self.cols_per_warpgroup // SWIZZLE_COLS) * (self.block_n // 8)
+        rope = (self.chunks_qk - self.head_dim_v // SWIZZLE_COLS) * (self.block_n // 8) // MATH_WARPGROUPS
+        return latent + rope
 
     @property
     def kv_map(self) -> dict:
@@ -154,7 +198,9 @@ class Sm90DecodeConfig(DecodeConfig):
     def layout(self) -> SmemLayout:
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
-        b.add("kv_stages", self.num_kv_stages * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
+        b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
+        if self.is_fp8:
+            b.add("kv8_stages", self.num_kv_stages * self.kv8_stage_bytes, align=128)
         b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)

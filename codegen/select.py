@@ -145,21 +145,32 @@ SM90_MLA_MIN_ROWS = 17
 
 
 def preferred_backend(family: str, arch: str, heads: int, s_q: int, kv_dtype: str | None = None) -> str:
-    """The backend whose kernel runs these shapes best on a device of `arch` (measured). fp8 KV
-    runs on the sm80 backend (its load-and-convert kernels; the sm90 ones have not landed)."""
-    if kv_dtype == "fp8_e4m3":
-        return "sm80"
+    """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
+    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike), sm80 otherwise."""
     if family == "mla_decode" and arch == "sm_90" and heads * s_q >= SM90_MLA_MIN_ROWS:
         return "sm90"
     return "sm80"
 
 
-def sm90_choice(family: str, dtype: str, page_size: int, s_q: int) -> DecodeConfig:
+SM90_FP8_STAGES = (2, 1)  # fp8 ring depths tried, deepest first (the 16-bit tile, Q and the ring share 227 KB)
+
+
+def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
-    for (one variant per s_q and page size, whatever the head count)."""
-    return build(DecodeConfig, dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0],
-                                    head_dim_v=MLA_DIMS[1], heads_per_cta=64 // s_q, page_size=page_size,
-                                    block_n=64, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q, num_kv_stages=2))
+    for (one variant per s_q and page size, whatever the head count). fp8 caches (`kv`: kv_dtype,
+    scale_mode, scale_block_size) get the deepest fp8 ring that fits beside the 16-bit tile."""
+    fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
+                  heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
+                  max_s_q=s_q, num_kv_stages=2)
+    if kv is None:
+        return build(DecodeConfig, fields)
+    err = None
+    for stages in SM90_FP8_STAGES:
+        try:
+            return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages})
+        except ConfigError as e:
+            err = e
+    raise err
 
 
 @lru_cache(maxsize=None)
@@ -181,10 +192,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
-        if kv is not None:
-            raise ConfigError("backend='sm90': its fp8 (load-and-convert) kernels have not landed; fp8 KV runs "
-                              "on backend 'sm80' (sm_89 and newer)")
-        return sm90_choice(family, dtype, page_size, s_q)
+        return sm90_choice(family, dtype, page_size, s_q, kv)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

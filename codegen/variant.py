@@ -122,8 +122,13 @@ class Variant:
             "ds_mla_latent": DS_MLA_LATENT,
             "mma_c_type": C_TYPES[cfg.mma_dtype],
             "q_to_fp16": cfg.mma_dtype == "fp16" and cfg.q_dtype == "bf16",
+            "fp8_layout": FP8_LAYOUT_ENUM[cfg.scale_mode],
             "combine_groups": combine_groups(cfg),
         }
+
+
+# kvforge::fp8::Layout (fp8_convert.cuh) per scale mode; 16-bit caches never read it
+FP8_LAYOUT_ENUM = {"none": "kPerTensor", "per_tensor": "kPerTensor", "block": "kBlock", "fp8_ds_mla": "kPackedMLA"}
 
 
 def variant_from_dict(data: dict) -> Variant:

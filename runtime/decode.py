@@ -67,7 +67,7 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
         raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
                          f"{arch} (use a bf16/fp16 cache)")
     return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
-                                backend=None if fp8 else _BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
+                                backend=_BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
                                 scale_block_size=kv.scale_block_size if fp8 else None)
 
 

@@ -86,14 +86,16 @@ def poisoned_case(family, heads=16):
 
 
 def fp8_case(layout):
-    """fp8 caches: MLA at 16 heads and GQA (group 4, D 128) in `layout` (block: 64-wide scales),
-    with a split sequence whose tiles lap both rings (load ring and MMA ring) many times."""
+    """fp8 caches: MLA at 16 heads (sm80's convert warps) and 64 heads (on sm_90 the sm90 kernel,
+    page 16: four bulk copies per tile) and GQA (group 4, D 128) in `layout` (block: 64-wide
+    scales), with a split sequence whose tiles lap the rings many times."""
     lens = [1500, 40, 1]
     block = 64 if layout == "block" else None
-    case = make_case("mla_decode", batch=3, s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=7)
-    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
-    out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks)
-    assert not bool(torch.isnan(out).any())
+    for hq, page_size in ((16, 64), (64, 16)):
+        case = make_case("mla_decode", batch=3, s_q=1, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens, seed=7)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+        out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks)
+        assert not bool(torch.isnan(out).any())
     if layout == "fp8_ds_mla":
         return
     case = make_case("gqa_decode", batch=3, s_q=2, hq=16, hkv=4, d=128, page_size=16, lens=lens, seed=8)

@@ -63,13 +63,13 @@ def make_fp8_case(family, layout, *, block=None, scale_as="tensor", **kw) -> Fp8
     return Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
 
 
-def _run(family, c: Fp8Case, *, causal=False, out=None, lse=None):
+def _run(family, c: Fp8Case, *, causal=False, out=None, lse=None, config=None):
     import kvforge
 
     b = c.base
     if family == "mla_decode":
         return kvforge.mla_decode(b.q, c.k, b.block_table, b.seqlens, causal=causal, kv_scale=c.k_scale, out=out,
-                                  lse=lse)
+                                  lse=lse, config=config)
     return kvforge.gqa_decode(b.q, c.k, c.v, b.block_table, b.seqlens, causal=causal, k_scale=c.k_scale,
                               v_scale=c.v_scale, out=out, lse=lse)
 
@@ -110,6 +110,28 @@ def test_mla_fp8_layouts_ragged(layout, block, scale_as, page_size):
                       page_size=page_size, lens=LENS_RAGGED, seed=page_size)
     out, lse = _poisoned(c, "mla_decode")
     _run("mla_decode", c, out=out, lse=lse)
+    _check("mla_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("backend", ["sm80", "sm90"])
+@pytest.mark.parametrize("layout,block,scale_as", LAYOUTS + [("fp8_ds_mla", None, "tensor")])
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page_size):
+    """The same 64-head cases pinned to each backend: sm80's convert warps and sm90's bulk-copied
+    fp8 ring converted by the math warpgroups (sm_90 devices only)."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    arch = device_arch(0)
+    if backend == "sm90" and arch != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {arch}")
+    cfg = select_decode_config("mla_decode", arch, "bf16", page_size, heads=64, head_dim=576, s_q=1, backend=backend,
+                               scale_mode=layout, scale_block_size=block)
+    assert cfg.backend == backend
+    c = make_fp8_case("mla_decode", layout, block=block, scale_as=scale_as, batch=8, s_q=1, hq=64, hkv=1, d=576,
+                      page_size=page_size, lens=LENS_RAGGED, seed=page_size + 1)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, out=out, lse=lse, config=cfg)
     _check("mla_decode", c, out, lse, causal=False)
 
 
@@ -162,13 +184,14 @@ def test_gqa_fp8_one_long_sequence_is_split(layout, block):
     _check("gqa_decode", c, out, lse, causal=False)
 
 
-@pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
-def test_fp8_graph_replay_reads_the_device_scale(family):
+@pytest.mark.parametrize("family,hq", [("mla_decode", 16), ("mla_decode", 64), ("gqa_decode", 16)])
+def test_fp8_graph_replay_reads_the_device_scale(family, hq):
     """A per-tensor scale passed as a 1-element device tensor is read at replay: changing it
-    between replays changes the result as the reference says."""
+    between replays changes the result as the reference says (MLA 64 heads: the sm90 kernel on
+    sm_90 devices)."""
     import torch
 
-    hq, hkv, d = (16, 1, 576) if family == "mla_decode" else (16, 4, 128)
+    hkv, d = (1, 576) if family == "mla_decode" else (4, 128)
     c = make_fp8_case(family, "per_tensor", batch=2, s_q=1, hq=hq, hkv=hkv, d=d, page_size=64, lens=[3000, 700],
                       seed=11)
     out, lse = _poisoned(c, family)

@@ -88,6 +88,7 @@ def test_the_representatives_cover_the_sm90_kernel_shapes():
 @needs_cuobjdump
 @pytest.mark.parametrize("variant", ALL_SM90, ids=lambda v: v.name)
 def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(variant, tmp_path):
+    """wgmma, TMA tile loads (fp8: cp.async.bulk of the fp8 tiles), setmaxnreg, no local memory."""
     from kvforge.runtime import compile
 
     k = compile(variant)
@@ -99,7 +100,8 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
     sass = sass_functions(k.cubin, tmp_path)
     assert variant.name in sass, f"{variant.name} is not in the cubin: {sorted(sass)}"
     main = sass[variant.name]
-    for op, what in (("HGMMA", "wgmma"), ("UTMALDG", "TMA tile loads"), ("USETMAXREG", "setmaxnreg")):
+    loads = ("UBLKCP", "fp8 tiles by bulk copy") if variant.config.is_fp8 else ("UTMALDG", "TMA tile loads")
+    for op, what in (("HGMMA", "wgmma"), loads, ("USETMAXREG", "setmaxnreg")):
         assert re.search(rf"\b{op}\b", main), f"no {op} ({what}) in the main kernel; {report}"
     local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
     assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"

@@ -95,14 +95,21 @@ def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
 
 
 @pytest.mark.parametrize("heads,s_q", [(1, 1), (16, 1), (64, 1), (128, 1), (16, 4), (32, 2)])
-@pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
-def test_fp8_mla_runs_the_sm80_load_and_convert_kernel_at_every_head_count(heads, s_q, mode, block):
-    """fp8 caches take the sm80 backend even where 16-bit MLA would take sm90 (its FP8 kernels have
-    not landed), with a convert stage, at most 384 threads, in the arch's shared memory."""
+@pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 32), ("block", 64), ("fp8_ds_mla", None)])
+def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
+    """fp8 caches follow the 16-bit rule: the sm90 kernel (bulk-copied fp8 ring, converted by the
+    math warpgroups; the deepest ring that fits) above 16 query rows per CTA, else sm80's
+    load-and-convert kernel; in the arch's shared memory, fp16 MMAs for per-tensor scales."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
-    assert cfg.backend == "sm80" and cfg.is_fp8 and cfg.convert is not None
-    assert cfg.scale_mode == mode and cfg.threads <= 384 and cfg.max_s_q >= s_q
+    rows = heads * s_q
+    assert cfg.backend == ("sm90" if rows > 16 else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
+    if cfg.backend == "sm80":
+        assert cfg.convert is not None and cfg.threads <= 384 and cfg.max_s_q >= s_q
+    else:
+        assert cfg.num_kv_stages == (2 if mode == "per_tensor" else 1) and cfg.kv16_tiles == 1
+        assert cfg.kv8_stage_bytes >= 64 * cfg.kv_token_bytes
+        assert all(a.name != "kv_map" for a in Variant(cfg).contracts["main"].args)
     assert cfg.layout.total_bytes <= arch_spec("sm_90").max_smem_per_block
     assert cfg.mma_dtype == ("fp16" if mode == "per_tensor" else "bf16")
 
@@ -117,8 +124,8 @@ def test_fp8_gqa_takes_six_convert_warps_but_four_at_d256(d, convert):
 def test_fp8_is_refused_where_it_cannot_run():
     from kvforge.codegen.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"backend='sm90': its fp8 .* have not landed"):
-        select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=64, head_dim=576, s_q=1, backend="sm90",
+    with pytest.raises(ConfigError, match=r"backend='sm90': runs gqa_decode on sm_90 devices only when"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1, backend="sm90",
                              scale_mode="per_tensor")
     with pytest.raises(ConfigError, match=r"arch='sm_86': fp8_e4m3 KV is converted with the hardware e4m3"):
         select_decode_config("gqa_decode", "sm_86", "bf16", 16, heads=4, head_dim=128, s_q=1,

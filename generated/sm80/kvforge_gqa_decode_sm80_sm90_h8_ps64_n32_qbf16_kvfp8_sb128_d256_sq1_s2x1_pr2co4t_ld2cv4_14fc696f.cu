@@ -96,8 +96,8 @@ constexpr int kKV8VOffset = 8704;
 constexpr int kOffLoadBarriers = 32;
 constexpr int kOffKV8 = 76160;
 constexpr bool kPerTensorScale = false;
-constexpr bool kBlockScales = true;
 constexpr bool kPackedMLA = false;
+constexpr auto kLayout = kvforge::fp8::Layout::kBlock;
 constexpr int kPackedLatent = 512;   // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 using LoadRing = kvforge::KVRing<2, 1, 64, 128>;
@@ -260,25 +260,8 @@ __device__ __forceinline__ void producer_loop8(const LoadRing& ring, unsigned ch
 // Sixteen values of row `row8` (an fp8 row in the load ring) from column 16 * g, as the MMA reads
 // them (two 16-byte words).
 __device__ __forceinline__ void convert_group(const unsigned char* row8, int g, uint4& lo, uint4& hi) {
-  namespace f8 = kvforge::fp8;
-  if constexpr (kPackedMLA) {
-    if (g * 16 >= kPackedLatent) {  // rope: bf16 in the token
-      const uint4* rope = reinterpret_cast<const uint4*>(row8 + kPackedRope + (g * 16 - kPackedLatent) * 2);
-      lo = f8::bf16x8_to<TM>(rope[0]);
-      hi = f8::bf16x8_to<TM>(rope[1]);
-      return;
-    }
-    const float scale = reinterpret_cast<const float*>(row8 + kPackedLatent)[g * 16 / kScaleBlock];
-    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
-    lo = f8::e4m3x8_to<TM, true>(make_uint2(raw.x, raw.y), scale);
-    hi = f8::e4m3x8_to<TM, true>(make_uint2(raw.z, raw.w), scale);
-  } else {
-    // block scales multiply; per-tensor scales are folded into the softmax scale and the output
-    const float scale = kBlockScales ? reinterpret_cast<const float*>(row8 + kTokenBytes)[g * 16 / kScaleBlock] : 1.f;
-    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
-    lo = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.x, raw.y), scale);
-    hi = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.z, raw.w), scale);
-  }
+  kvforge::fp8::token16_to<TM, kLayout, kScaleBlock, kPackedLatent>(
+      row8, reinterpret_cast<const float*>(row8 + kTokenBytes), g * 16, lo, hi);
 }
 
 __device__ __forceinline__ void convert_loop(const LoadRing& load_ring, const Ring& ring, unsigned char* smem,

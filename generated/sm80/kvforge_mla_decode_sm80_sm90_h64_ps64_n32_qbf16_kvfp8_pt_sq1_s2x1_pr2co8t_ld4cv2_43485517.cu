@@ -96,8 +96,8 @@ constexpr int kKV8VOffset = 0;
 constexpr int kOffLoadBarriers = 32;
 constexpr int kOffKV8 = 149632;
 constexpr bool kPerTensorScale = true;
-constexpr bool kBlockScales = false;
 constexpr bool kPackedMLA = false;
+constexpr auto kLayout = kvforge::fp8::Layout::kPerTensor;
 constexpr int kPackedLatent = 512;   // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 using LoadRing = kvforge::KVRing<4, 1, 64, 64>;
@@ -260,25 +260,8 @@ __device__ __forceinline__ void producer_loop8(const LoadRing& ring, unsigned ch
 // Sixteen values of row `row8` (an fp8 row in the load ring) from column 16 * g, as the MMA reads
 // them (two 16-byte words).
 __device__ __forceinline__ void convert_group(const unsigned char* row8, int g, uint4& lo, uint4& hi) {
-  namespace f8 = kvforge::fp8;
-  if constexpr (kPackedMLA) {
-    if (g * 16 >= kPackedLatent) {  // rope: bf16 in the token
-      const uint4* rope = reinterpret_cast<const uint4*>(row8 + kPackedRope + (g * 16 - kPackedLatent) * 2);
-      lo = f8::bf16x8_to<TM>(rope[0]);
-      hi = f8::bf16x8_to<TM>(rope[1]);
-      return;
-    }
-    const float scale = reinterpret_cast<const float*>(row8 + kPackedLatent)[g * 16 / kScaleBlock];
-    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
-    lo = f8::e4m3x8_to<TM, true>(make_uint2(raw.x, raw.y), scale);
-    hi = f8::e4m3x8_to<TM, true>(make_uint2(raw.z, raw.w), scale);
-  } else {
-    // block scales multiply; per-tensor scales are folded into the softmax scale and the output
-    const float scale = kBlockScales ? reinterpret_cast<const float*>(row8 + kTokenBytes)[g * 16 / kScaleBlock] : 1.f;
-    const uint4 raw = *reinterpret_cast<const uint4*>(row8 + g * 16);
-    lo = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.x, raw.y), scale);
-    hi = f8::e4m3x8_to<TM, kBlockScales>(make_uint2(raw.z, raw.w), scale);
-  }
+  kvforge::fp8::token16_to<TM, kLayout, kScaleBlock, kPackedLatent>(
+      row8, reinterpret_cast<const float*>(row8 + kTokenBytes), g * 16, lo, hi);
 }
 
 __device__ __forceinline__ void convert_loop(const LoadRing& load_ring, const Ring& ring, unsigned char* smem,
@@ -311,40 +294,6 @@ __device__ __forceinline__ void convert_loop(const LoadRing& load_ring, const Ri
   }
 }
 
-// bf16 q for fp16 MMAs: the CTA's Q tile in shared memory, converted in place to fp16 times 2^e,
-// e chosen so the largest |q| lands in [2^14, 2^15) (exact for every value fp16 holds as a normal;
-// what falls below is under 2^-28 of the largest). Returns 2^-e, the factor S must be scaled by.
-// Every consumer thread calls it; `scratch` is one float of shared memory free until the epilogue.
-__device__ __forceinline__ float q_to_fp16(unsigned char* q_smem, float* scratch) {
-  constexpr int kPairs = kDqk / 2;
-  float amax = 0.f;
-  for (int i = threadIdx.x; i < kQRows * kPairs; i += kConsumerThreads) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
-        q_smem + (i / kPairs) * kQStride + (i % kPairs) * 4));
-    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  if (threadIdx.x == 0) *scratch = 0.f;
-  tile::named_sync(kBarAllConsumers, kConsumerThreads);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<int*>(scratch), __float_as_int(amax));  // >= 0: int order
-  tile::named_sync(kBarAllConsumers, kConsumerThreads);
-  const float top = *scratch;
-  int e = 0;
-  if (top > 0.f && top < 3.0e38f) {
-    int ex;
-    frexpf(top, &ex);  // top = m * 2^ex, m in [0.5, 1)
-    e = min(max(15 - ex, -100), 100);
-  }
-  const float up = ldexpf(1.f, e);
-  for (int i = threadIdx.x; i < kQRows * kPairs; i += kConsumerThreads) {
-    u32* w = reinterpret_cast<u32*>(q_smem + (i / kPairs) * kQStride + (i % kPairs) * 4);
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w));
-    const __half2 h = __floats2half2_rn(f.x * up, f.y * up);
-    *w = *reinterpret_cast<const u32*>(&h);
-  }
-  tile::named_sync(kBarAllConsumers, kConsumerThreads);  // also: scratch is free again
-  return ldexpf(1.f, -e);
-}
 
 // ---- consumer phases ---------------------------------------------------------------------------
 // The consumer warp (rg, cg) owns query rows rg*16.. and keys cg*kKeysPerWarp.. of each tile (QK),
@@ -579,7 +528,9 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
   tile::cp_async_commit();
   tile::cp_async_wait_all();
   tile::named_sync(kBarAllConsumers, kConsumerThreads);
-  scale_log2 *= q_to_fp16(q_smem, red_sum);
+  // bf16 q for fp16 MMAs (per-tensor fp8): the tile rescaled into fp16 in place; red_sum is free until the epilogue
+  scale_log2 *= kvforge::fp8::q_to_fp16(q_smem, kQRows, kQStride, kDqk / 2, threadIdx.x, kConsumerThreads, red_sum,
+                                        [] { tile::named_sync(kBarAllConsumers, kConsumerThreads); });
 
   ConsumerState st;
   st.rg = warp / kColGroups;

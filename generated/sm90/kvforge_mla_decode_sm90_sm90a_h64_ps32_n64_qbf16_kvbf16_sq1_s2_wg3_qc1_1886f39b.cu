@@ -16,14 +16,16 @@
 #include "kvforge/sm90_tile.cuh"
 
 namespace {
-using T = __nv_bfloat16;
-using Mma = kvforge::sm80::MmaType<T>;
-using OutPack = Mma;  // out is written in the MMA's type
+using T = __nv_bfloat16;      // q and out
+using TM = __nv_bfloat16;  // the wgmma inputs (Q, K, P, V in shared memory)
+using Mma = kvforge::sm80::MmaType<TM>;
+using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::u32;
 using kvforge::u64;
 namespace wg = kvforge::sm90;
 
 constexpr bool kIsMLA = true;
+constexpr bool kFp8 = false;
 constexpr int kDqk = 576;
 constexpr int kDv = 512;
 constexpr int kBN = 64;
@@ -36,7 +38,7 @@ constexpr int kKeysPerWG = 32;
 constexpr int kColsPerWG = 256;
 constexpr int kChunks = 9;          // 64-column swizzle chunks of a row
 constexpr int kChunkBytes = 8192;    // one chunk of a 64-row tile
-constexpr int kStageBytes = 73728;
+constexpr int kStageBytes = 73728;  // one 16-bit tile
 constexpr int kBoxRows = 32;
 constexpr int kBoxesPerTile = 2;
 constexpr int kBoxBytes = 4096;
@@ -64,7 +66,7 @@ static_assert(kQRows == 64 && kHeadsPerCTA <= kQRows, "one wgmma M of query rows
 static_assert(kQKChains == 1 || (kQKChains == 2 && (kDqk / 16) % 2 == 0), "QK chains");
 static_assert(kBN == 64 && kKeysPerWG * 2 == kBN && kColsPerWG * 2 == kDv && kColsPerWG == 256, "warpgroup split");
 static_assert(kDqk == kChunks * 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes, "chunks");
-static_assert(kBoxRows * kBoxesPerTile == kBN && kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes, "TMA boxes");
+static_assert(kBoxRows * kBoxesPerTile == kBN && (kFp8 || kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes), "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kOffP % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
 static_assert(Ring::kFullArrivals == 1 && Ring::kEmptyArrivals == kMathThreads, "arrive counts");
 static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 512, "warpgroups and registers");
@@ -231,8 +233,8 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWG / 2], const MathSt
     const u32 koff = (kk / 4) * kChunkBytes + (kk % 4) * 32;
     const u64 da = wg::desc_sw128(q_addr + koff, 16, 1024);
     const u64 db = wg::desc_sw128(stage_addr + koff + st.g * kKeysPerWG * 128, 16, 1024);
-    if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k16<T>(s, da, db, kk >= kQKChains ? 1 : 0);
-    else wg::wgmma_m64n32k16<T>(s_odd, da, db, kk > 1 ? 1 : 0);
+    if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k16<TM>(s, da, db, kk >= kQKChains ? 1 : 0);
+    else wg::wgmma_m64n32k16<TM>(s_odd, da, db, kk > 1 ? 1 : 0);
   }
   wg::wgmma_commit();
   wg::wgmma_wait<0>();
@@ -285,6 +287,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWG / 2], MathS
   }
 }
 
+
 // Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
 // columns there (P is 0 for them, but 0 * NaN is not).
 __device__ __forceinline__ void zero_v_tail(unsigned char* stage, int valid, const MathState& st) {
@@ -301,7 +304,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWG / 2], const MathSt
   for (int kk = 0; kk < kBN / 16; ++kk) {
     const u64 da = wg::desc_sw128(p_addr + kk * 32, 16, 1024);
     const u64 db = wg::desc_sw128(stage_addr + st.g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
-    wg::wgmma_m64n256k16_tb<T>(o, da, db, 1);
+    wg::wgmma_m64n256k16_tb<TM>(o, da, db, 1);
   }
   wg::wgmma_commit();
   wg::wgmma_wait<0>();
@@ -311,7 +314,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWG / 2], const MathSt
 // Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials.
 __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
                                          const Work& w, float* red_sum, T* out, float* lse, float* part_o,
-                                         float* part_lse, int s_q, int num_q_heads, int num_splits) {
+                                         float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.l[h] = quad_sum(st.l[h]);
@@ -326,7 +329,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
     const int r = st.row[h];
     if (!rows.valid(r)) continue;
     const int qi = rows.qi(r), head = rows.head(r);
-    const float inv = st.l[h] > 0.f ? 1.f / st.l[h] : 0.f;
+    const float inv = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
     const float row_lse = st.l[h] > 0.f ? st.m[h] * kLn2 + logf(st.l[h]) : neg_inf();
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
@@ -335,7 +338,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
       const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
       const float v0 = o[4 * i + 2 * h] * inv, v1 = o[4 * i + 2 * h + 1] * inv;
       if (direct) {
-        *reinterpret_cast<u32*>(out + orow * kDv + col) = Mma::pack(v0, v1);
+        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
       } else {
         *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
       }
@@ -367,7 +370,8 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
 
 __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, const RowMap& rows,
                                           const Work& w, T* out, float* lse, float* part_o, float* part_lse, int s_q,
-                                          int num_q_heads, int num_splits, float scale_log2, int causal, int mt) {
+                                          int num_q_heads, int num_splits, float scale_log2, float out_scale, int causal,
+                                          int mt) {
   unsigned char* q_smem = smem + kOffQ;
   unsigned char* p_smem = smem + kOffP;
   float* red_max = reinterpret_cast<float*>(smem + kOffRedMax);
@@ -416,7 +420,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     pipe.release_all();
     pipe.advance();
   }
-  epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
+  epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
 
@@ -449,14 +453,15 @@ kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b(
     ring.init();
     wg::prefetch_tensor_map(&kv_map);
   }
+  constexpr float out_scale = 1.f;
   __syncthreads();
   if (threadIdx.x < 128) {
     wg::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) producer_loop(ring, smem, &kv_map, bt_row, w);
   } else {
     wg::setmaxnreg_inc<kMathRegs>();
-    math_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, causal,
-              threadIdx.x - 128);
+    math_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, out_scale,
+              causal, threadIdx.x - 128);
   }
 }
 

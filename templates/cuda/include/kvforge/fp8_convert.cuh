@@ -1,5 +1,9 @@
 // kvforge/fp8_convert.cuh: FP8 (OCP e4m3fn) KV dequantization for the load-and-convert stage.
 //
+// Both backends' convert stages call `token16_to` (sixteen values of a cached token in any of the
+// three layouts) and, for per-tensor scales with bf16 queries, `q_to_fp16` (the query tile in
+// shared memory rescaled into fp16 in place).
+//
 // Eight e4m3 values (one 8-byte word, element 0 in the lowest byte) become eight 16-bit MMA
 // inputs (one 16-byte word, element 0 first): cvt.rn.f16x2.e4m3x2 (sm_89+, exact: every e4m3 value
 // is an fp16 normal or zero), then, for bf16 or a scale, through fp32 (also exact for bf16 without
@@ -81,6 +85,77 @@ __device__ __forceinline__ uint4 bf16x8_to(uint4 raw) {
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
   }
+}
+
+// The cache layouts a convert stage reads.
+enum class Layout { kPerTensor, kBlock, kPackedMLA };
+
+// Sixteen values of one cached token from column `col` (a multiple of 16) as MMA inputs T, in two
+// 16-byte words. kPerTensor: e4m3 values, the scale folded elsewhere; kBlock: e4m3 values times
+// block_scales[col / kScaleBlock] (fp32); kPackedMLA: DeepSeek's 656-byte token (kPackedLatent e4m3
+// latent values, one fp32 scale per kScaleBlock of them, then the rope in bf16). kScaleBlock is a
+// multiple of 16, so a group never straddles two scales.
+template <class T, Layout kLayout, int kScaleBlock, int kPackedLatent>
+__device__ __forceinline__ void token16_to(const unsigned char* token, const float* block_scales, int col, uint4& lo,
+                                           uint4& hi) {
+  static_assert(kScaleBlock % 16 == 0 && kPackedLatent % kScaleBlock == 0, "16-value groups and scale blocks");
+  if constexpr (kLayout == Layout::kPackedMLA) {
+    const float* scales = reinterpret_cast<const float*>(token + kPackedLatent);
+    if (col >= kPackedLatent) {  // rope: bf16 after the scales
+      const uint4* rope = reinterpret_cast<const uint4*>(token + kPackedLatent + 4 * (kPackedLatent / kScaleBlock) +
+                                                         (col - kPackedLatent) * 2);
+      lo = bf16x8_to<T>(rope[0]);
+      hi = bf16x8_to<T>(rope[1]);
+      return;
+    }
+    const uint4 raw = *reinterpret_cast<const uint4*>(token + col);
+    lo = e4m3x8_to<T, true>(make_uint2(raw.x, raw.y), scales[col / kScaleBlock]);
+    hi = e4m3x8_to<T, true>(make_uint2(raw.z, raw.w), scales[col / kScaleBlock]);
+  } else {
+    constexpr bool kScaled = kLayout == Layout::kBlock;
+    const float scale = kScaled ? block_scales[col / kScaleBlock] : 1.f;
+    const uint4 raw = *reinterpret_cast<const uint4*>(token + col);
+    lo = e4m3x8_to<T, kScaled>(make_uint2(raw.x, raw.y), scale);
+    hi = e4m3x8_to<T, kScaled>(make_uint2(raw.z, raw.w), scale);
+  }
+}
+
+// bf16 queries for fp16 MMAs (per-tensor scales): the bf16 words of a query tile in shared memory
+// (`rows` rows of `row_words` 32-bit words, `row_stride` bytes apart; any swizzle, the conversion is
+// element-wise) become fp16 times 2^e in place, e chosen so the largest |q| lands in [2^14, 2^15)
+// (exact for every value fp16 holds as a normal; what falls below is under 2^-28 of the largest).
+// Threads tid = 0..nthreads-1 call it together; `sync()` is a barrier over exactly them and
+// `scratch` one float of shared memory free meanwhile. Returns 2^-e, the factor S must be scaled by.
+template <class Sync>
+__device__ __forceinline__ float q_to_fp16(unsigned char* q_smem, int rows, int row_stride, int row_words, int tid,
+                                           int nthreads, float* scratch, Sync sync) {
+  float amax = 0.f;
+  for (int i = tid; i < rows * row_words; i += nthreads) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
+        q_smem + (i / row_words) * row_stride + (i % row_words) * 4));
+    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  if (tid == 0) *scratch = 0.f;
+  sync();
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (tid % 32 == 0) atomicMax(reinterpret_cast<int*>(scratch), __float_as_int(amax));  // >= 0: int order
+  sync();
+  const float top = *scratch;
+  int e = 0;
+  if (top > 0.f && top < 3.0e38f) {
+    int ex;
+    frexpf(top, &ex);  // top = m * 2^ex, m in [0.5, 1)
+    e = min(max(15 - ex, -100), 100);
+  }
+  const float up = ldexpf(1.f, e);
+  for (int i = tid; i < rows * row_words; i += nthreads) {
+    u32* w = reinterpret_cast<u32*>(q_smem + (i / row_words) * row_stride + (i % row_words) * 4);
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w));
+    const __half2 h = __floats2half2_rn(f.x * up, f.y * up);
+    *w = *reinterpret_cast<const u32*>(&h);
+  }
+  sync();  // also: scratch is free again
+  return ldexpf(1.f, -e);
 }
 
 }  // namespace fp8
