@@ -314,20 +314,21 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWG / 2], MathS
 // fp8 slot `kv8` -> the 16-bit tile, this warpgroup's share: the chunks of its V columns over all
 // rows, and rows 32g.. of the rope chunk (the other warpgroup reads neither before the barrier
 // that follows; its QK of the previous tile is done). A warp converts units of 8 rows x 64 columns,
-// lane = (row in the unit, 16-column group): both the fp8 reads (576-byte rows) and the swizzled
-// 16-byte stores then spread over all banks. Rows past `valid` become zeros (P is 0 there, but
-// 0 * NaN is not).
+// lane = (row in the unit) x 4 + (16-column group): each quarter-warp (the lanes one 16-byte
+// shared-memory access serves at a time) then holds two rows x four groups, whose fp8 reads
+// (576-byte rows: 4 x row + group mod 8) and swizzled stores ((2 x group) ^ row mod 8) fall on 8
+// distinct 16-byte bank groups. Rows past `valid` become zeros (P is 0 there, 0 * NaN is not).
 __device__ __forceinline__ void convert_tile(unsigned char* tile16, const unsigned char* kv8, int valid,
                                              const MathState& st) {
   constexpr int kLatentUnits = (kColsPerWG / 64) * (kBN / 8);
   const int warp = st.lt / 32, lane = st.lt % 32;
-#pragma unroll 3
+#pragma unroll
   for (int k = 0; k < kConvertUnits / 4; ++k) {
     const int u = warp + 4 * k;
     const bool latent = u < kLatentUnits;
     const int chunk = latent ? st.g * (kColsPerWG / 64) + u / (kBN / 8) : kDv / 64;
-    const int row = 8 * (latent ? u % (kBN / 8) : st.g * (kBN / 16) + (u - kLatentUnits)) + lane % 8;
-    const int col = chunk * 64 + (lane / 8) * 16;
+    const int row = 8 * (latent ? u % (kBN / 8) : st.g * (kBN / 16) + (u - kLatentUnits)) + lane / 4;
+    const int col = chunk * 64 + (lane % 4) * 16;
     uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
     if (row < valid)
       kvforge::fp8::token16_to<TM, kLayout, kScaleBlock, kPackedLatent>(
