@@ -104,11 +104,13 @@ def _args(*pairs: str) -> tuple[KernelArg, ...]:
     return tuple(KernelArg(name=p.rsplit(" ", 1)[1], ctype=p.rsplit(" ", 1)[0]) for p in pairs)
 
 
-CUDA_COMBINE_THREADS = 512
+# Measured on the H200 (docs/architecture.md): 512 threads win at b=1 (64 splits) by 7% and lose
+# 9% at b=32 (2 splits), 128 the reverse; 256 is the compromise.
+CUDA_COMBINE_THREADS = 256
 
 
 def combine_threads(cfg: DecodeConfig) -> int:
-    """Threads of the combine kernel. CUDA: 512, in groups of head_dim_v / 4 threads (four output
+    """Threads of the combine kernel. CUDA: 256, in groups of head_dim_v / 4 threads (four output
     columns each) that each add a share of the splits (`combine_groups`); HIP: one output column
     per thread, 32..256."""
     if cfg.backend == "cdna":

@@ -41,7 +41,7 @@ constexpr int kColIters = 1;
 constexpr int kThreads = 256;
 constexpr int kConvertWarps = 0;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 1;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 144;
 constexpr int kKVStride = 144;
@@ -552,7 +552,7 @@ kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_b45ff
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 32;
+constexpr int kCombineGroups = 16;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

@@ -44,7 +44,7 @@ constexpr int kColIters = 1;
 constexpr int kThreads = 384;
 constexpr int kConvertWarps = 6;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 2;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 144;
 constexpr int kKVStride = 144;
@@ -630,7 +630,7 @@ kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s2x1_pr2co4t_ld6
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 32;
+constexpr int kCombineGroups = 16;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

@@ -41,7 +41,7 @@ constexpr int kColIters = 1;
 constexpr int kThreads = 256;
 constexpr int kConvertWarps = 0;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 2;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 272;
 constexpr int kKVStride = 272;
@@ -551,7 +551,7 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 16;
+constexpr int kCombineGroups = 8;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

@@ -44,7 +44,7 @@ constexpr int kColIters = 1;
 constexpr int kThreads = 320;
 constexpr int kConvertWarps = 4;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 2;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 528;
 constexpr int kKVStride = 528;
@@ -630,7 +630,7 @@ kvforge_gqa_decode_sm80_sm90_h8_ps64_n32_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 8;
+constexpr int kCombineGroups = 4;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

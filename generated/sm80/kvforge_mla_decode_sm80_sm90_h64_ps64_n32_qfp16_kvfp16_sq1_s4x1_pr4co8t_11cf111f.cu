@@ -41,7 +41,7 @@ constexpr int kColIters = 3;
 constexpr int kThreads = 384;
 constexpr int kConvertWarps = 0;  // fp8 KV: the convert warps
 constexpr int kCtasPerSM = 1;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kQStride = 1168;
 constexpr int kKVStride = 1168;
@@ -552,7 +552,7 @@ kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_11cf111f
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 4;
+constexpr int kCombineGroups = 2;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

@@ -47,7 +47,7 @@ constexpr int kStages = 2;
 constexpr int kQKChains = 1;
 constexpr int kProducerRegs = 40;
 constexpr int kMathRegs = 232;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kSmemBytes = 231440;
 constexpr int kOffQ = 0;
@@ -470,7 +470,7 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b(
 // kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
 // splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
 // groups' sums meet in shared memory.
-constexpr int kCombineGroups = 4;
+constexpr int kCombineGroups = 2;
 constexpr int kCombineCols = kDv / 4;  // threads per group
 constexpr int kCombineBatch = 8;
 static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");

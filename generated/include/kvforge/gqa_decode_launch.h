@@ -70,7 +70,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf1
   kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_dff529cc<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_dff529cc_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_dff529cc_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -117,7 +117,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_1e9b8c57<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_1e9b8c57_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_1e9b8c57_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -164,7 +164,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_b45ff92c<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_b45ff92c_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_b45ff92c_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -212,7 +212,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm89_h4_ps16_n32_qbf16_kvfp8_p
   kvforge_gqa_decode_sm80_sm89_h4_ps16_n32_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld6cv6_c3447f52<<<dim3(num_kv_heads, batch, num_splits), 384, 90496, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm89_h4_ps16_n32_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld6cv6_c3447f52_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm89_h4_ps16_n32_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld6cv6_c3447f52_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -259,7 +259,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058ea81<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058ea81_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8058ea81_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -307,7 +307,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_p
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s2x1_pr2co4t_ld6cv6_132592a7<<<dim3(num_kv_heads, batch, num_splits), 384, 91776, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s2x1_pr2co4t_ld6cv6_132592a7_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s2x1_pr2co4t_ld6cv6_132592a7_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -354,7 +354,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_e2169971<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_e2169971_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_e2169971_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -402,7 +402,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_p
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_e6f5ab87<<<dim3(num_kv_heads, batch, num_splits), 384, 110208, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_e6f5ab87_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_e6f5ab87_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -450,7 +450,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_s
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_ld2cv6_57e14a7c<<<dim3(num_kv_heads, batch, num_splits), 384, 114304, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_ld2cv6_57e14a7c_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_ld2cv6_57e14a7c_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -497,7 +497,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_dab231e5<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_dab231e5_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_dab231e5_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -544,7 +544,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_c6270027<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_c6270027_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_c6270027_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -591,7 +591,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_eaaf2745<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_eaaf2745_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_eaaf2745_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -638,7 +638,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_6f33e764<<<dim3(num_kv_heads, batch, num_splits), 256, 147072, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_6f33e764_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_6f33e764_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -686,7 +686,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_p
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_bb84a4ac<<<dim3(num_kv_heads, batch, num_splits), 384, 110208, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_bb84a4ac_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr2co4t_ld2cv6_bb84a4ac_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -734,7 +734,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n32_qbf16_kvfp8_s
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n32_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_ld2cv4_14fc696f<<<dim3(num_kv_heads, batch, num_splits), 320, 113024, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h8_ps64_n32_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_ld2cv4_14fc696f_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h8_ps64_n32_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_ld2cv4_14fc696f_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -781,7 +781,7 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_59e4b0f2<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_59e4b0f2_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_59e4b0f2_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }

@@ -139,7 +139,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_3053ba81<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 96, 132736, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_3053ba81_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_3053ba81_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -186,7 +186,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_7a68fa3b<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 256, 216960, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_7a68fa3b_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_7a68fa3b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -234,7 +234,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_b5f1c7f5<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_b5f1c7f5_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_b5f1c7f5_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -282,7 +282,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr4co4t_ld6cv4_f19ae8b7<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 215424, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr4co4t_ld6cv4_f19ae8b7_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr4co4t_ld6cv4_f19ae8b7_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -330,7 +330,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_b7475edc<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 224640, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_b7475edc_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_b7475edc_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -377,7 +377,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_4d396761<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 209280, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_4d396761_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_4d396761_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -424,7 +424,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_f28c4fa2<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_f28c4fa2_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_f28c4fa2_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -471,7 +471,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_b070c63a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_b070c63a_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_b070c63a_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -518,7 +518,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_85821c03<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_85821c03_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_85821c03_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -566,7 +566,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_43485517<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 229760, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_43485517_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_43485517_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -613,7 +613,7 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_11cf111f<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
   if (num_splits > 1)
-    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_11cf111f_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_11cf111f_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -667,7 +667,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -721,7 +721,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -775,7 +775,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -829,7 +829,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -877,7 +877,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -931,7 +931,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -985,7 +985,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -1039,7 +1039,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -1087,7 +1087,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 199680, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -1135,7 +1135,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -1183,7 +1183,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 196608, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
@@ -1237,7 +1237,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
   if (num_splits > 1)
-    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b_combine<<<dim3(num_q_heads, s_q, batch), 512, 0, stream>>>(
+    kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
   return cudaGetLastError();
 }
