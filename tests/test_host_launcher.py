@@ -1,7 +1,8 @@
 """The C host launcher headers in generated/ compile and link into a host program with plain nvcc
 (it is not run here: CI has no GPU): an sm80 MLA and GQA variant for sm_90, an sm90 MLA variant
-(whose launcher encodes the KV cache's TMA tensor map) for sm_90a, and an FP8 GQA variant (byte
-caches and the four scale arguments), each source built for its arch."""
+(whose launcher encodes the KV cache's TMA tensor map) for sm_90a, an FP8 GQA variant (byte caches
+and the four scale arguments) and an sm90 FP8 MLA variant (byte caches and scales, no tensor map),
+each source built for its arch."""
 from __future__ import annotations
 
 import json
@@ -39,7 +40,10 @@ int main() {
   cudaError_t e4 = FP8_run(nullptr, (const unsigned char*)0, (const unsigned char*)0, nullptr, nullptr, nullptr,
                            nullptr, ws, 1, 1, 32, 8, 16, 4, num_sms, 0.08f, 0, (const float*)0, (const float*)0,
                            0.5f, 0.25f, 0);
-  std::printf("%d %d %d %d\\n", (int)e1, (int)e2, (int)e3, (int)e4);
+  cudaError_t e5 = SM90FP8_run(nullptr, (const unsigned char*)0, (const unsigned char*)0, nullptr, nullptr, nullptr,
+                               nullptr, ws, 1, 1, 128, 1, 16, 4, num_sms, 0.04f, 0, (const float*)0,
+                               (const float*)0, 0.5f, 0.5f, 0);
+  std::printf("%d %d %d %d %d\\n", (int)e1, (int)e2, (int)e3, (int)e4, (int)e5);
   return 0;
 }
 """
@@ -49,7 +53,7 @@ NULL_ARGS = ("((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfl
 
 def pick(manifest: dict) -> dict:
     """A bf16 variant of each: 'mla_decode' and 'gqa_decode' (sm80 backend, sm_90), 'sm90' (MLA, sm_90a),
-    and 'fp8' (GQA with a per-tensor fp8 cache, sm_90)."""
+    'fp8' (GQA with a per-tensor fp8 cache, sm_90) and 'sm90_fp8' (MLA, per-tensor fp8, sm_90a)."""
     out = {}
     for e in manifest["variants"]:
         cfg = e["config"]
@@ -58,11 +62,13 @@ def pick(manifest: dict) -> dict:
         if cfg["kv_dtype"] == "fp8_e4m3":
             if e["family"] == "gqa_decode" and cfg["scale_mode"] == "per_tensor" and e["arch"] == "sm_90":
                 out.setdefault("fp8", e)
+            elif e["backend"] == "sm90" and cfg["scale_mode"] == "per_tensor":
+                out.setdefault("sm90_fp8", e)
         elif e["arch"] == "sm_90":
             out.setdefault(e["family"], e)
         elif e["backend"] == "sm90":
             out.setdefault("sm90", e)
-    missing = sorted({"mla_decode", "gqa_decode", "sm90", "fp8"} - set(out))
+    missing = sorted({"mla_decode", "gqa_decode", "sm90", "fp8", "sm90_fp8"} - set(out))
     assert not missing, f"no bf16 {', '.join(missing)} variant in the manifest; stale? run `kvforge generate`"
     return out
 
@@ -72,7 +78,8 @@ def host_source(picked: dict) -> str:
     mla, gqa, sm90, fp8 = picked["mla_decode"], picked["gqa_decode"], picked["sm90"], picked["fp8"]
     src = (MAIN.replace("MLA_ws", f"{mla['name']}_workspace_bytes").replace("MLA_run", f"{mla['name']}_run")
            .replace("GQA_run", f"{gqa['name']}_run").replace("SM90_ws", f"{sm90['name']}_workspace_bytes")
-           .replace("SM90_run", f"{sm90['name']}_run").replace("FP8_run", f"{fp8['name']}_run"))
+           .replace("SM90_run", f"{sm90['name']}_run").replace("SM90FP8_run", f"{picked['sm90_fp8']['name']}_run")
+           .replace("FP8_run", f"{fp8['name']}_run"))
     return src.replace("(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr", NULL_ARGS)
 
 

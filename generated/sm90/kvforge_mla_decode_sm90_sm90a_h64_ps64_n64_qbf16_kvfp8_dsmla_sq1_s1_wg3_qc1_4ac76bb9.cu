@@ -9,8 +9,8 @@
 //       roles: QK (wgmma m64n32k16, Q resident in SMEM), the online softmax with the row maxima
 //       exchanged between them, P written once to a swizzled SMEM tile, PV (wgmma m64n256k16,
 //       each warpgroup 256 of the 512 V columns, V = the first 512 columns of the same stage).
-//       fp8 KV (fp8_ds_mla): the ring holds fp8 tiles (a cp.async.bulk per page run of
-//       tokens); the math warpgroups convert each into the one
+//       fp8 KV (fp8_ds_mla): the ring holds fp8 tiles (a cp.async.bulk per page run of tokens,
+//       and of block scales where there are some); the math warpgroups convert each into the one
 //       16-bit tile (each the V columns its PV reads and half the rope rows), release the fp8 slot,
 //       then run QK and PV on it in bf16.
 //   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_combine  merges the partials of sequences cut into several splits
@@ -214,8 +214,8 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
       kvforge::bulk_copy_g2s(stage + r * kBoxRows * kTokenBytes, kv8 + tok * kTokenBytes, kBoxRows * kTokenBytes,
                              full);
       if constexpr (kScaleRowBytes > 0)
-        kvforge::bulk_copy_g2s(stage + kKV8ScaleOffset + r * kBoxRows * kScaleRowBytes, block_scales + tok * kScaleBlocks,
-                               kBoxRows * kScaleRowBytes, full);
+        kvforge::bulk_copy_g2s(stage + kKV8ScaleOffset + r * kBoxRows * kScaleRowBytes,
+                               block_scales + tok * kScaleBlocks, kBoxRows * kScaleRowBytes, full);
     }
     pipe.advance();
   }
