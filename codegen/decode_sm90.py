@@ -60,8 +60,6 @@ class Sm90DecodeConfig(DecodeConfig):
         if not self.is_fp8 and self.num_kv_stages < 2:
             raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: a 16-bit KV ring needs 2 to 4 stages "
                              "(1 is for fp8 KV, whose tiles are converted into a separate 16-bit tile)")
-        if self.is_fp8 and self.page_size < 16:
-            raise ValueError(f"{where}.page_size={self.page_size}: fp8 pages are copied in 16-row runs; use 16..128")
         if self.block_n != 64:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
                              "(two math warpgroups x 32)")

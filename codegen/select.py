@@ -144,7 +144,7 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
 SM90_MLA_MIN_ROWS = 17
 
 
-def preferred_backend(family: str, arch: str, heads: int, s_q: int, kv_dtype: str | None = None) -> str:
+def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
     """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
     MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike), sm80 otherwise."""
     if family == "mla_decode" and arch == "sm_90" and heads * s_q >= SM90_MLA_MIN_ROWS:
@@ -187,7 +187,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
-    choice = backend or preferred_backend(family, arch, heads, s_q, kv and kv["kv_dtype"])
+    choice = backend or preferred_backend(family, arch, heads, s_q)
     if choice == "sm90":
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "

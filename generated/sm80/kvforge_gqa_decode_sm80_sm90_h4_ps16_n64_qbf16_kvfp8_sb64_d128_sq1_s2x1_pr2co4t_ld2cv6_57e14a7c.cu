@@ -84,21 +84,22 @@ static_assert(kOffKV + 2 * kStageBytes <= kSmemBytes && kOffSPart <= kSmemBytes,
 static_assert(kPageSize % 16 == 0 && kBN % 8 == 0, "tile shape");
 
 // ---- fp8 KV: the load ring (fp8 tiles, filled by the producers) in front of the MMA ring ------
-constexpr int kConvertThreads = 32 * kConvertWarps;
-constexpr int kTokenBytes = 128;      // one cached token (of one KV head)
-constexpr int kLoadChunks = 8;  // its 16-byte cp.async chunks
-constexpr int kScaleWords = 2;     // block scales copied beside it
+// fp8 KV: the layout the convert stage reads (kvforge::fp8::token16_to) and its geometry
+constexpr bool kPerTensorScale = false;
+constexpr auto kLayout = kvforge::fp8::Layout::kBlock;
+constexpr int kTokenBytes = 128;  // one cached token (of one KV head)
 constexpr int kScaleBlocks = 2;
 constexpr int kScaleBlock = 64;
+constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
+constexpr int kConvertThreads = 32 * kConvertWarps;
+constexpr int kLoadChunks = 8;  // its 16-byte cp.async chunks
+constexpr int kScaleWords = 2;     // block scales copied beside it
 constexpr int kKV8Stride = 144;
 constexpr int kKV8StageBytes = 18432;
 constexpr int kKV8VOffset = 9216;
 constexpr int kOffLoadBarriers = 32;
 constexpr int kOffKV8 = 74112;
-constexpr bool kPerTensorScale = false;
 constexpr bool kPackedMLA = false;
-constexpr auto kLayout = kvforge::fp8::Layout::kBlock;
-constexpr int kPackedLatent = 512;   // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 using LoadRing = kvforge::KVRing<2, 1, 64, 192>;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers + kConvertWarps), "threads");
@@ -609,8 +610,10 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // per-tensor fp8 scales are folded: S uses k_scale * softmax scale, out is multiplied by v_scale
+  // (a device scale is read here, so a captured graph sees a new value at replay)
   float out_scale = 1.f;
-  if constexpr (kPerTensorScale) {  // folded: S uses k_scale * softmax scale, out is multiplied by v_scale
+  if constexpr (kPerTensorScale) {
     scale_log2 *= k_scale != nullptr ? *k_scale : k_scale_value;
     out_scale = v_scale != nullptr ? *v_scale : v_scale_value;
   }

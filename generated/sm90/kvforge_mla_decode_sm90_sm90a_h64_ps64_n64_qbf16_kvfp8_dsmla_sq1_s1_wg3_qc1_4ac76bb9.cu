@@ -63,13 +63,14 @@ constexpr int kOffRedSum = 198144;
 constexpr int kOffBarriers = 198656;
 constexpr int kAlignSlack = 1008;
 // fp8 KV: the ring's slots hold fp8 tiles, converted into the one 16-bit tile at kOffKV
+// fp8 KV: the layout the convert stage reads (kvforge::fp8::token16_to) and its geometry
 constexpr bool kPerTensorScale = false;
 constexpr auto kLayout = kvforge::fp8::Layout::kPackedMLA;
-constexpr int kTokenBytes = 656;
+constexpr int kTokenBytes = 656;  // one cached token (of one KV head)
 constexpr int kScaleBlocks = 4;
 constexpr int kScaleBlock = 128;
+constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 constexpr int kScaleRowBytes = 0;  // block scales per token, apart from the tokens
-constexpr int kPackedLatent = 512;
 constexpr int kKV8ScaleOffset = 41984;
 constexpr int kKV8StageBytes = 41984;
 constexpr int kOffKV8 = 147456;
@@ -503,8 +504,10 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac7
 
   const Ring ring{reinterpret_cast<u64*>(smem + kOffBarriers)};
   if (threadIdx.x == 0) ring.init();
+  // per-tensor fp8 scales are folded: S uses k_scale * softmax scale, out is multiplied by v_scale
+  // (a device scale is read here, so a captured graph sees a new value at replay)
   float out_scale = 1.f;
-  if constexpr (kPerTensorScale) {  // folded: S uses k_scale * softmax scale, out is multiplied by v_scale
+  if constexpr (kPerTensorScale) {
     scale_log2 *= k_scale != nullptr ? *k_scale : k_scale_value;
     out_scale = v_scale != nullptr ? *v_scale : v_scale_value;
   }
