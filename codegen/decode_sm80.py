@@ -19,11 +19,38 @@ BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk with mbarrier complete_tx
 FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
 
+FP8_SWIZZLE_CHUNKS = (4, 8, 16)  # 16-byte chunks per fp8 row the register path swizzles (D = 64, 128, 256)
+
+
+def fp8_row_swizzle(chunks: int) -> list[int]:
+    """f(r) for rows r = 0..15 (it repeats every 16 rows): the fp8 register path stores chunk c of
+    row r at c ^ f(r), so both of its 32-bit shared-memory reads are free of bank conflicts (bits
+    r0..r3 of the row; tests/test_fp8_swizzle.py checks every lane's bank):
+    - K (QK's B): lanes read the same chunk of 8 consecutive rows: f must be one-to-one on r0..r2
+      (128-byte rows); with 64-byte rows, two rows share 128 bytes, so f must be one-to-one on
+      r1, r2 for each r0;
+    - V (PV's B): lanes read 32 bytes (chunks 2b, 2b+1) of rows 4t + r, t = 0..3: f >> 1 must be
+      one-to-one on r2, r3 (128-byte rows). 64-byte rows cannot have that (the four rows share
+      r0, hence one half of the banks): 2-way conflicts there."""
+    out = []
+    for r in range(16):
+        b = [(r >> i) & 1 for i in range(4)]
+        if chunks >= 8:
+            out.append(b[0] | (b[2] ^ b[0]) << 1 | (b[3] ^ b[1]) << 2)
+        else:
+            out.append((b[1] ^ b[3]) | b[2] << 1)
+    return out
+
+
 class Sm80DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm80"
     backend: Literal["sm80"] = "sm80"
     pipeline: PipelineConfig
     convert: ConvertConfig | None = None  # fp8 KV: the load-and-convert ring in front of the MMA ring
+    fp8_convert: Literal["ring", "registers"] = Field(
+        default="ring", description="fp8 KV: dequantize through the load-and-convert ring (convert warps write "
+        "16-bit tiles the MMA reads), or in the consumers' registers (mma fragments read straight from the fp8 "
+        "tile: no 16-bit tile, no convert warps)")
     kv_load: Literal["cp_async", "bulk"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, or one "
         "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer)")
@@ -49,9 +76,14 @@ class Sm80DecodeConfig(DecodeConfig):
             if self.arch not in FP8_ARCHS:
                 raise ValueError(f"{where}.arch={self.arch!r}: fp8_e4m3 KV is converted with the hardware e4m3 "
                                  f"instructions of {', '.join(FP8_ARCHS)}; {self.arch} has none (use a bf16/fp16 cache)")
-            if self.convert is None:
-                raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' (a ConvertConfig: "
-                                 "num_load_stages, num_convert)")
+            if self.fp8_registers:
+                self._validate_fp8_registers(where)
+            elif self.convert is None:
+                raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' with fp8_convert='ring' (a "
+                                 "ConvertConfig: num_load_stages, num_convert); or set fp8_convert='registers'")
+        elif self.fp8_convert != "ring":
+            raise ValueError(f"{where}.fp8_convert={self.fp8_convert!r}: register dequantization is for "
+                             f"kv_dtype='fp8_e4m3'; remove it for kv_dtype={self.kv_dtype!r}")
         elif self.convert is not None:
             raise ValueError(f"{where}.convert: the load-and-convert ring is for kv_dtype='fp8_e4m3' only; "
                              f"remove it for kv_dtype={self.kv_dtype!r}")
@@ -82,7 +114,37 @@ class Sm80DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: {cg} column groups must split "
                              f"head_dim_v={self.head_dim_v} into multiples of 16")
 
+    def _validate_fp8_registers(self, where: str) -> None:
+        if self.family != "gqa_decode":
+            raise ValueError(f"{where}.fp8_convert='registers': implemented for gqa_decode; {self.family} "
+                             "uses fp8_convert='ring'")
+        if self.scale_mode != "per_tensor":
+            raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode='per_tensor'; "
+                             f"{self.scale_mode!r} uses fp8_convert='ring'")
+        if self.convert is not None:
+            raise ValueError(f"{where}.convert: fp8_convert='registers' has no convert warps; remove convert")
+        if self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
+            raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: fp8 register dequantization swizzles "
+                             "rows of 64, 128 or 256 bytes")
+        if self.cols_per_warp % 32:
+            raise ValueError(f"{where}.pipeline.num_consumer={self.pipeline.num_consumer}: with "
+                             f"fp8_convert='registers' each warp takes V columns in groups of 32; "
+                             f"{self.col_groups} column groups leave {self.cols_per_warp}; use fewer consumer warps")
+
     # ---- derived -----------------------------------------------------------------------------
+    @property
+    def fp8_registers(self) -> bool:
+        """fp8 KV dequantized in the consumers' registers: the MMA ring holds fp8 tiles."""
+        return self.is_fp8 and self.fp8_convert == "registers"
+
+    @property
+    def fp8_swizzle(self) -> int:
+        """fp8 register path: the XOR applied to each row's 16-byte chunk index (chunk c of row r
+        lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle) otherwise."""
+        if not self.fp8_registers:
+            return 0
+        return sum(f << (3 * r) for r, f in enumerate(fp8_row_swizzle(self.kv_token_bytes // 16)))
+
     @property
     def num_kv_stages(self) -> int:
         return self.pipeline.num_kv_stages
@@ -125,15 +187,22 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def p_row_stride(self) -> int:
-        return self.block_n * 2 + ROW_PAD
+        """P rows: ldmatrix reads 16-byte row pieces (pad 16 B); the fp8 register path reads 8 bytes at
+        4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups)."""
+        return self.block_n * 2 + (2 * ROW_PAD if self.fp8_registers else ROW_PAD)
 
     @property
     def v_offset_in_stage(self) -> int:
         """MLA's V is the first 512 columns of the K rows; GQA's V tile follows the K tile."""
+        if self.fp8_registers:
+            return self.kv8_v_offset
         return 0 if self.family == "mla_decode" else self.block_n * self.kv_row_stride
 
     @property
     def stage_bytes(self) -> int:
+        """One MMA-ring slot: 16-bit K (and V) tiles, or fp8 ones when the consumers dequantize."""
+        if self.fp8_registers:
+            return self.kv8_stage_bytes
         tiles = 1 if self.family == "mla_decode" else 2
         return tiles * self.block_n * self.kv_row_stride
 
@@ -141,7 +210,7 @@ class Sm80DecodeConfig(DecodeConfig):
     def full_arrivals(self) -> int:
         """The MMA ring's full barrier: every producer lane arrives through
         cp.async.mbarrier.arrive.noinc; with fp8 KV every convert thread after its stores."""
-        return self.convert.convert_threads if self.is_fp8 else 32 * self.pipeline.num_producer
+        return self.convert.convert_threads if self.is_fp8 and not self.fp8_registers else 32 * self.pipeline.num_producer
 
     # ---- fp8 KV: the load ring the producers fill and the convert warps drain -------------------
     @property
@@ -150,7 +219,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def load_empty_arrivals(self) -> int:
-        return self.convert.convert_threads if self.is_fp8 else 0
+        return self.convert.convert_threads if self.convert is not None else 0
 
     @property
     def load_chunks_per_row(self) -> int:
@@ -183,7 +252,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def threads(self) -> int:
-        convert = self.convert.num_convert if self.is_fp8 else 0
+        convert = self.convert.num_convert if self.convert is not None else 0
         return 32 * (self.pipeline.num_producer + self.pipeline.num_consumer + convert)
 
     @property
@@ -195,11 +264,11 @@ class Sm80DecodeConfig(DecodeConfig):
         p = self.pipeline
         b = SmemLayoutBuilder()
         b.add("barriers", p.barrier_bytes, align=MBARRIER_BYTES)
-        if self.is_fp8:
+        if self.convert is not None:
             b.add("load_barriers", self.convert.barrier_bytes, align=MBARRIER_BYTES)
         b.add("q", self.q_rows * self.q_row_stride)
         b.add("kv_stages", p.num_kv_stages * self.stage_bytes)
-        if self.is_fp8:
+        if self.convert is not None:
             b.add("kv8_stages", self.convert.num_load_stages * self.kv8_stage_bytes)
         b.add("p_tile", self.q_rows * self.p_row_stride)
         b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
@@ -233,7 +302,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         return (self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
-                + (["bulk"] if self.kv_load == "bulk" else []))
+                + (["bulk"] if self.kv_load == "bulk" else []) + (["rcv"] if self.fp8_registers else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         p = self.pipeline

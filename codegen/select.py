@@ -52,13 +52,31 @@ def overlay(base: dict, explicit: dict) -> dict:
 FP8_MAX_THREADS = 384
 
 
-def _ring_candidates(fp8: bool, family: str, head_dim: int = 0):
+# fp8 layouts (per family) whose sm80 kernel dequantizes in the consumers' registers (fp8_convert =
+# "registers": mma fragments read straight from the fp8 ring, no convert warps); the others go
+# through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
+FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor",)}
+FP8_REGISTER_STAGES = (6, 8, 5, 4, 3, 2)
+FP8_REGISTER_PRODUCERS = (2, 4, 1)
+
+
+def fp8_convert_path(family: str, scale_mode: str) -> str:
+    """'registers' or 'ring': how the sm80 kernel dequantizes an fp8 cache of this layout."""
+    return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
+
+
+def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool = False):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
     ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
     bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
     GQA (two CTAs per SM) takes two producer warps and six convert warps (bench/fp8_tune.py: the
     convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2), four at D = 256, whose
     consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
+    if registers:  # the MMA ring holds fp8 tiles: deep, no convert warps
+        for stages in FP8_REGISTER_STAGES:
+            for producers in FP8_REGISTER_PRODUCERS:
+                yield {"num_kv_stages": stages, "num_producer": producers}, None
+        return
     if not fp8:
         for stages in (6, 5, 4, 3, 2):
             for producers in (4, 2, 1):
@@ -95,6 +113,10 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     base = {**dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
                    page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
     fp8 = base["kv_dtype"] == "fp8_e4m3"
+    explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
+    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"))) == "registers"
+    if registers:
+        base["fp8_convert"] = "registers"
     if bulk_loads(family, arch, dqk, fp8):
         base["kv_load"] = "bulk"
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
@@ -102,7 +124,7 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     for ctas in want_ctas:
         for cg, bn in _candidates(family, row_groups, dv):
             warps = row_groups * cg
-            for pipe, convert in _ring_candidates(fp8, family, dqk):
+            for pipe, convert in _ring_candidates(fp8, family, dqk, registers):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
                 if convert is not None:
                     data["convert"] = convert
@@ -176,11 +198,13 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 @lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None, scale_mode: str = "none",
-                         scale_block_size: int | None = None) -> DecodeConfig:
+                         scale_block_size: int | None = None, fp8_convert: str | None = None) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
     (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
-    'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block').
+    'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
+    `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
+    `fp8_convert_path`).
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
@@ -199,7 +223,10 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         hpc, dims = _mla_heads_per_cta(heads, s_q), MLA_DIMS
     else:
         hpc, dims = heads, (head_dim, head_dim)
-    cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, None, kv)
+    if fp8_convert not in (None, "ring", "registers"):
+        raise ConfigError(f"fp8_convert={fp8_convert!r}: choose 'ring' or 'registers'")
+    explicit = {"fp8_convert": fp8_convert} if fp8_convert and kv else None
+    cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, explicit, kv)
     if cfg is None:
         kv_text = f", an fp8 cache ({scale_mode})" if kv else ""
         raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "

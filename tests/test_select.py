@@ -7,6 +7,7 @@ import pytest
 from kvforge.codegen.arch import arch_spec
 from kvforge.codegen.matrix import load_matrix
 from kvforge.codegen.variant import Variant
+from kvforge.codegen.errors import ConfigError
 from kvforge.runtime.select import select_cdna_config, select_decode_config
 
 DEFAULT_NAMES = {v.name for v in load_matrix()}
@@ -117,7 +118,7 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
 @pytest.mark.parametrize("d,convert", [(64, 6), (128, 6), (256, 4)])
 def test_fp8_gqa_takes_six_convert_warps_but_four_at_d256(d, convert):
     cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1,
-                               scale_mode="per_tensor")
+                               scale_mode="per_tensor", fp8_convert="ring")
     assert cfg.convert.num_convert == convert and cfg.pipeline.num_producer == 2 and cfg.ctas_per_sm == 2
 
 
@@ -158,3 +159,21 @@ def test_fp8_gqa_and_mla_never_take_bulk_loads():
     assert select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1,
                                 scale_mode="per_tensor").kv_load == "cp_async"
     assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1).kv_load == "cp_async"
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_gqa_per_tensor_dequantizes_in_registers(d):
+    """Per-tensor GQA: no convert warps, the MMA ring holds fp8 tiles; block scales keep the ring path."""
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1, scale_mode="per_tensor")
+    assert cfg.fp8_convert == "registers" and cfg.convert is None and cfg.ctas_per_sm >= 2
+    assert cfg.threads == 32 * (cfg.pipeline.num_producer + cfg.pipeline.num_consumer)
+    assert cfg.stage_bytes == 2 * cfg.block_n * d and cfg.cols_per_warp % 32 == 0
+    blk = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1, scale_mode="block",
+                               scale_block_size=32)
+    assert blk.fp8_convert == "ring" and blk.convert is not None
+
+
+def test_fp8_convert_choice_is_checked():
+    with pytest.raises(ConfigError, match="fp8_convert='sideways'"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1,
+                             scale_mode="per_tensor", fp8_convert="sideways")

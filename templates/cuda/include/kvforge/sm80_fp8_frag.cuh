@@ -1,0 +1,95 @@
+// kvforge/sm80_fp8_frag.cuh: mma.sync m16n8k16 fragments read straight from fp8 (e4m3) tiles in
+// shared memory and dequantized in registers: no 16-bit tile in between, no convert warps.
+//
+// The k-permutation. In the PTX layout thread t = lane % 4 holds k = 2t, 2t+1 (b0) and 2t+8, 2t+9
+// (b1) of a k16 step. Here those four logical k are the physical indices 4t .. 4t+3, so each
+// thread's four values of one B column are contiguous; a product over k is unchanged when A uses
+// the same permutation, which `load_a_k4` applies to a row-major 16-bit tile (Q or P).
+// - K^T (QK's B, `load_kt8_e4m3`): key n = g's depths 4t .. 4t+3 are one 32-bit word of its row.
+// - V (PV's B, `load_v32_e4m3`): keys 4t .. 4t+3 of a column are four rows. A thread reads four
+//   32-bit words (four columns of each of its four keys), and byte permutes pair each column's
+//   keys, so one load feeds four n8 tiles of a 32-column group: tile j's column n = g is physical
+//   column 4g + j. Its accumulator's columns 2t, 2t+1 are then physical 8t + j and 8t + 4 + j:
+//   each thread owns 8 consecutive output columns per group (`o_cols_e4m3`).
+// fp8 rows are stored with their 16-byte chunks XOR-swizzled (chunk c of row r at c ^ f(r), f
+// packed for r % 16 in 3-bit fields of kSwizzle, computed by codegen) so both reads are free of
+// bank conflicts. e4m3 -> fp16 is exact (cvt.rn.f16x2.e4m3x2), so the MMAs run in fp16.
+#pragma once
+
+#include "kvforge/fp8_convert.cuh"
+#include "kvforge/sm80_tile.cuh"
+
+namespace kvforge {
+namespace sm80 {
+
+// The swizzled chunk position of chunk `c` in row `row`.
+template <unsigned long long kSwizzle>
+__device__ __forceinline__ int fp8_chunk(int row, int c) {
+  return c ^ static_cast<int>((kSwizzle >> (3 * (row & 15))) & 7ull);
+}
+
+// A (16 x 16 of a row-major 16-bit tile, `stride` bytes per row) at (row0, k0), k-permuted: two
+// 8-byte reads per thread instead of ldmatrix.
+__device__ __forceinline__ FragA load_a_k4(const unsigned char* tile, int stride, int row0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint2 lo = *reinterpret_cast<const uint2*>(tile + (row0 + g) * stride + (k0 + 4 * t) * 2);
+  const uint2 hi = *reinterpret_cast<const uint2*>(tile + (row0 + g + 8) * stride + (k0 + 4 * t) * 2);
+  FragA a;
+  a.r[0] = lo.x;
+  a.r[1] = hi.x;
+  a.r[2] = lo.y;
+  a.r[3] = hi.y;
+  return a;
+}
+
+// K^T fragment of one n8 tile (keys n0..n0+7, depths k0..k0+15, k-permuted) from an fp8 K tile of
+// kStride bytes per row.
+template <int kStride, unsigned long long kSwizzle>
+__device__ __forceinline__ FragKt8 load_kt8_e4m3(const unsigned char* tile, int n0, int k0) {
+  const int lane = threadIdx.x & 31, key = n0 + (lane >> 2);
+  const u32 w = *reinterpret_cast<const u32*>(tile + key * kStride + fp8_chunk<kSwizzle>(key, k0 >> 4) * 16 +
+                                              4 * (lane & 3));
+  FragKt8 b;
+  b.r[0] = fp8::e4m3x2_to_f16x2(w);
+  b.r[1] = fp8::e4m3x2_to_f16x2(w >> 16);
+  return b;
+}
+
+// V fragments of the four n8 tiles of columns c0..c0+31 (c0 a multiple of 32) for keys k0..k0+15
+// (k-permuted) from an fp8 V tile: b[j] feeds tile j (column n = g is physical column c0 + 4g + j).
+template <int kStride, unsigned long long kSwizzle>
+__device__ __forceinline__ void load_v32_e4m3(u32 (&b)[4][2], const unsigned char* tile, int k0, int c0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int chunk = (c0 >> 4) + (g >> 2), byte = 4 * (g & 3);
+  u32 w[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = k0 + 4 * t + r;
+    w[r] = *reinterpret_cast<const u32*>(tile + row * kStride + fp8_chunk<kSwizzle>(row, chunk) * 16 + byte);
+  }
+  // (key 4t, key 4t+1) of columns 0,1 | 2,3, then (4t+2, 4t+3): byte j of each word is column j
+  const u32 k01_c01 = __byte_perm(w[0], w[1], 0x5140), k01_c23 = __byte_perm(w[0], w[1], 0x7362);
+  const u32 k23_c01 = __byte_perm(w[2], w[3], 0x5140), k23_c23 = __byte_perm(w[2], w[3], 0x7362);
+  b[0][0] = fp8::e4m3x2_to_f16x2(k01_c01);
+  b[1][0] = fp8::e4m3x2_to_f16x2(k01_c01 >> 16);
+  b[2][0] = fp8::e4m3x2_to_f16x2(k01_c23);
+  b[3][0] = fp8::e4m3x2_to_f16x2(k01_c23 >> 16);
+  b[0][1] = fp8::e4m3x2_to_f16x2(k23_c01);
+  b[1][1] = fp8::e4m3x2_to_f16x2(k23_c01 >> 16);
+  b[2][1] = fp8::e4m3x2_to_f16x2(k23_c23);
+  b[3][1] = fp8::e4m3x2_to_f16x2(k23_c23 >> 16);
+}
+
+// The output columns a thread owns in a 32-column group after load_v32_e4m3's PV: tile j's
+// accumulator elements (e = 0, 1 per row) are physical columns 8t + j + 4e; this gathers one row's
+// eight values (h = 0: row g, h = 1: row g + 8), consecutive from column 8t.
+__device__ __forceinline__ void o_cols_e4m3(float (&v)[8], const float (*o)[4], int h) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[j] = o[j][2 * h];
+    v[4 + j] = o[j][2 * h + 1];
+  }
+}
+
+}  // namespace sm80
+}  // namespace kvforge

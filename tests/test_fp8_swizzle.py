@@ -1,0 +1,56 @@
+"""The fp8 register path's shared-memory swizzle (codegen/decode_sm80.py `fp8_row_swizzle`):
+stores stay inside the row, and the consumers' 32-bit reads of K and V (the lane patterns of
+kvforge/sm80_fp8_frag.cuh) hit every bank at most once per warp (V of 64-byte rows: at most twice,
+which the docstring states)."""
+from __future__ import annotations
+
+import pytest
+
+from kvforge.codegen.decode_sm80 import FP8_SWIZZLE_CHUNKS, fp8_row_swizzle
+
+
+def _position(swz, row, chunk):
+    return chunk ^ swz[row % 16]
+
+
+def _conflict_degree(addresses):
+    """Most distinct 4-byte words one bank serves for a warp's 32 reads (1 = conflict-free)."""
+    words_per_bank = {}
+    for a in addresses:
+        words_per_bank.setdefault((a // 4) % 32, set()).add(a // 4)
+    return max(len(w) for w in words_per_bank.values())
+
+
+@pytest.mark.parametrize("chunks", FP8_SWIZZLE_CHUNKS)
+def test_swizzle_permutes_each_row(chunks):
+    swz = fp8_row_swizzle(chunks)
+    for row in range(64):
+        assert sorted(_position(swz, row, c) for c in range(chunks)) == list(range(chunks))
+
+
+@pytest.mark.parametrize("chunks", FP8_SWIZZLE_CHUNKS)
+def test_k_reads_are_conflict_free(chunks):
+    """load_kt8_e4m3: lane (g, t) reads key n0 + g, depth bytes k0 + 4t of the k16 step."""
+    swz, stride = fp8_row_swizzle(chunks), 16 * chunks
+    for n0 in range(0, 64, 8):
+        for kc in range(chunks):
+            addrs = [(n0 + lane // 4) * stride + _position(swz, n0 + lane // 4, kc) * 16 + 4 * (lane % 4)
+                     for lane in range(32)]
+            assert _conflict_degree(addrs) == 1, (chunks, n0, kc)
+
+
+@pytest.mark.parametrize("chunks", FP8_SWIZZLE_CHUNKS)
+def test_v_reads_are_conflict_free(chunks):
+    """load_v32_e4m3: for r = 0..3, lane (g, t) reads row k0 + 4t + r, byte c0 + 4g."""
+    swz, stride = fp8_row_swizzle(chunks), 16 * chunks
+    worst = 0
+    for k0 in range(0, 64, 16):
+        for c0 in range(0, 16 * chunks, 32):
+            for r in range(4):
+                addrs = []
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    row, col = k0 + 4 * t + r, c0 + 4 * g
+                    addrs.append(row * stride + _position(swz, row, col // 16) * 16 + col % 16)
+                worst = max(worst, _conflict_degree(addrs))
+    assert worst == (1 if chunks >= 8 else 2)
