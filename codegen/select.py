@@ -56,8 +56,12 @@ FP8_MAX_THREADS = 384
 # "registers": mma fragments read straight from the fp8 ring, no convert warps); the others go
 # through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
 FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor",)}
-FP8_REGISTER_STAGES = (6, 8, 5, 4, 3, 2)
-FP8_REGISTER_PRODUCERS = (2, 4, 1)
+# The register path's measured best per head dim (bench/RESULTS.md, "FP8 KV": H200 sweep over keys
+# per tile, ring depth, producer and consumer warps at >= 2 CTAs per SM): (block_n, num_kv_stages,
+# num_producer, column-group warps). 32 KB slots at D = 128 and 256, four CTAs per SM at D = 64.
+FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)}
+FP8_REGISTER_STAGES = (6, 5, 4, 3, 2)  # fallbacks when the preferred tile does not fit
+FP8_REGISTER_PRODUCERS = (4, 2, 1)
 
 
 def fp8_convert_path(family: str, scale_mode: str) -> str:
@@ -72,7 +76,10 @@ def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool 
     GQA (two CTAs per SM) takes two producer warps and six convert warps (bench/fp8_tune.py: the
     convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2), four at D = 256, whose
     consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
-    if registers:  # the MMA ring holds fp8 tiles: deep, no convert warps
+    if registers:  # the MMA ring holds fp8 tiles: no convert warps
+        if head_dim in FP8_REGISTER_TILES:
+            _, stages, producers, _ = FP8_REGISTER_TILES[head_dim]
+            yield {"num_kv_stages": stages, "num_producer": producers}, None
         for stages in FP8_REGISTER_STAGES:
             for producers in FP8_REGISTER_PRODUCERS:
                 yield {"num_kv_stages": stages, "num_producer": producers}, None
@@ -122,7 +129,11 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:
-        for cg, bn in _candidates(family, row_groups, dv):
+        tiles = _candidates(family, row_groups, dv)
+        if registers and dqk in FP8_REGISTER_TILES:
+            bn, _, _, cg = FP8_REGISTER_TILES[dqk]
+            tiles = [(cg, bn)] + tiles
+        for cg, bn in tiles:
             warps = row_groups * cg
             for pipe, convert in _ring_candidates(fp8, family, dqk, registers):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}

@@ -210,14 +210,13 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
-// ---- fp8 producer: one fp8 tile into the load ring ---------------------------------------------
-// As load_kv_tile, in bytes: producer warp `pw` looks up the token of rows pw, pw + kProducers, ...
-// once, then its lanes stream each row's 16-byte chunks and (block scales) its fp32 scales, 4 bytes
-// each, beside the row. Rows past key_end are zero-filled without touching memory.
-__device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsigned char* k_cache,
-                                              const unsigned char* v_cache, const float* k_scale,
-                                              const float* v_scale, const int* bt_row, int num_kv_heads, int kv_head,
-                                              int j0, int key_end, int pw, int lane, long long* row_tok) {
+// ---- fp8 producer: one fp8 tile into its ring ----------------------------------------------------
+// Producer warp `pw` looks up the token of rows pw, pw + kProducers, ... of the tile at j0 (before
+// waiting for the slot, so the block-table reads overlap that wait), then its lanes stream each
+// row's 16-byte chunks (to their swizzled places) and (block scales) its fp32 scales, 4 bytes each,
+// beside the row. Rows past key_end are zero-filled without touching memory.
+__device__ __forceinline__ void lookup_kv8_rows(const int* bt_row, int num_kv_heads, int kv_head, int j0, int key_end,
+                                                int pw, int lane, long long* row_tok) {
   for (int i = lane; i < kRowsPerProducer; i += 32) {
     const int j = j0 + pw + i * kProducers;
     row_tok[i] = j < key_end ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
@@ -225,6 +224,11 @@ __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsign
                              : -1;
   }
   __syncwarp();
+}
+
+__device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsigned char* k_cache,
+                                              const unsigned char* v_cache, const float* k_scale,
+                                              const float* v_scale, int pw, int lane, const long long* row_tok) {
   constexpr int kUnits = kLoadChunks + kScaleWords;  // per row
 #pragma unroll 4
   for (int u = lane; u < kRowsPerProducer * kUnits; u += 32) {
@@ -254,9 +258,10 @@ __device__ __forceinline__ void producer_loop8(const LoadRing& ring, unsigned ch
   long long* row_tok = reinterpret_cast<long long*>(smem + kOffRowOffsets) + pw * kRowsPerProducer;
   kvforge::PipelineProducer<LoadRing> pipe{ring};
   for (int t = 0; t < w.num_tiles; ++t) {
+    lookup_kv8_rows(bt_row, num_kv_heads, kv_head, w.key_begin + t * kBN, w.key_end, pw, lane, row_tok);
     pipe.producer_acquire();
-    load_kv8_tile(smem + kOffKV8 + pipe.index() * kKV8StageBytes, k_cache, v_cache, k_scale, v_scale, bt_row,
-                  num_kv_heads, kv_head, w.key_begin + t * kBN, w.key_end, pw, lane, row_tok);
+    load_kv8_tile(smem + kOffKV8 + pipe.index() * kKV8StageBytes, k_cache, v_cache, k_scale, v_scale, pw, lane,
+                  row_tok);
     pipe.producer_commit_cp_async();
     pipe.advance();
   }
