@@ -118,9 +118,9 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.family != "gqa_decode":
             raise ValueError(f"{where}.fp8_convert='registers': implemented for gqa_decode; {self.family} "
                              "uses fp8_convert='ring'")
-        if self.scale_mode != "per_tensor":
-            raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode='per_tensor'; "
-                             f"{self.scale_mode!r} uses fp8_convert='ring'")
+        if self.scale_mode not in ("per_tensor", "block"):
+            raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode 'per_tensor' and "
+                             f"'block'; {self.scale_mode!r} uses fp8_convert='ring'")
         if self.convert is not None:
             raise ValueError(f"{where}.convert: fp8_convert='registers' has no convert warps; remove convert")
         if self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
@@ -189,6 +189,8 @@ class Sm80DecodeConfig(DecodeConfig):
     def p_row_stride(self) -> int:
         """P rows: ldmatrix reads 16-byte row pieces (pad 16 B); the fp8 register path reads 8 bytes at
         4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups)."""
+        if self.fp8_registers and self.scale_mode == "block":
+            return self.block_n * 4 + 4 * ROW_PAD  # fp32 P (scaled per V block at PV): 16-byte reads of 2 rows
         return self.block_n * 2 + (2 * ROW_PAD if self.fp8_registers else ROW_PAD)
 
     @property
@@ -234,13 +236,42 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def kv8_row_stride(self) -> int:
-        """Bytes per fp8 row in SMEM: the token, then its block scales, 16-byte aligned."""
+        """Bytes per fp8 row in SMEM: the token, then its block scales, 16-byte aligned (the register
+        path keeps rows at the token's size, swizzled, and the scales apart)."""
+        if self.fp8_registers:
+            return self.kv_token_bytes
         return -(-(self.kv_token_bytes + 4 * self.load_scale_words) // 16) * 16
 
     @property
+    def kv8_scale_offset(self) -> int:
+        """Register path, block scales: where a stage's scales start (after the K and V tiles), fp32
+        [block][key] for K, then the same for V, so a thread's keys are contiguous."""
+        return 2 * self.block_n * self.kv8_row_stride if self.fp8_registers else 0
+
+    @property
     def kv8_stage_bytes(self) -> int:
+        if not self.is_fp8:
+            return 0
         tiles = 1 if self.family == "mla_decode" else 2
-        return tiles * self.block_n * self.kv8_row_stride if self.is_fp8 else 0
+        apart = 2 * self.scale_blocks * self.block_n * 4 if self.fp8_registers and self.scale_mode == "block" else 0
+        return tiles * self.block_n * self.kv8_row_stride + apart
+
+    @property
+    def scale_span(self) -> int:
+        """Columns one block scale covers (scale_block_size, or all of D when that is shorter)."""
+        return min(self.scale_block_size or self.head_dim_qk, self.head_dim_qk)
+
+    @property
+    def mma_dtype(self) -> str:
+        """The register path's QK runs in fp16 (e4m3 -> fp16 exact, block scales applied to S in fp32)."""
+        return "fp16" if self.fp8_registers else super().mma_dtype
+
+    @property
+    def pv_dtype(self) -> str:
+        """PV's input type: the QK type, except the register path with block scales, whose P carries
+        each key's V scale (P * scale rounded once, in bf16's exponent range) and whose V is
+        converted by bit moves to bf16 x 2^-120 (kvforge/sm80_fp8_frag.cuh)."""
+        return "bf16" if self.fp8_registers and self.scale_mode == "block" else self.mma_dtype
 
     @property
     def kv8_v_offset(self) -> int:

@@ -55,11 +55,14 @@ FP8_MAX_THREADS = 384
 # fp8 layouts (per family) whose sm80 kernel dequantizes in the consumers' registers (fp8_convert =
 # "registers": mma fragments read straight from the fp8 ring, no convert warps); the others go
 # through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
-FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor",)}
+FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block")}
 # The register path's measured best per head dim (bench/RESULTS.md, "FP8 KV": H200 sweep over keys
 # per tile, ring depth, producer and consumer warps at >= 2 CTAs per SM): (block_n, num_kv_stages,
 # num_producer, column-group warps). 32 KB slots at D = 128 and 256, four CTAs per SM at D = 64.
 FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)}
+# ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
+# registers): tiles that keep every thread's registers free of spills
+FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (64, 4, 4, 4), 256: (32, 4, 2, 4)}
 FP8_REGISTER_STAGES = (6, 5, 4, 3, 2)  # fallbacks when the preferred tile does not fit
 FP8_REGISTER_PRODUCERS = (4, 2, 1)
 
@@ -69,7 +72,7 @@ def fp8_convert_path(family: str, scale_mode: str) -> str:
     return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
 
 
-def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool = False):
+def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool = False, tiles: dict | None = None):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
     ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
     bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
@@ -77,8 +80,8 @@ def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool 
     convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2), four at D = 256, whose
     consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
     if registers:  # the MMA ring holds fp8 tiles: no convert warps
-        if head_dim in FP8_REGISTER_TILES:
-            _, stages, producers, _ = FP8_REGISTER_TILES[head_dim]
+        if head_dim in tiles:
+            _, stages, producers, _ = tiles[head_dim]
             yield {"num_kv_stages": stages, "num_producer": producers}, None
         for stages in FP8_REGISTER_STAGES:
             for producers in FP8_REGISTER_PRODUCERS:
@@ -124,18 +127,19 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"))) == "registers"
     if registers:
         base["fp8_convert"] = "registers"
+    register_tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
     if bulk_loads(family, arch, dqk, fp8):
         base["kv_load"] = "bulk"
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:
         tiles = _candidates(family, row_groups, dv)
-        if registers and dqk in FP8_REGISTER_TILES:
-            bn, _, _, cg = FP8_REGISTER_TILES[dqk]
+        if registers and dqk in register_tiles:
+            bn, _, _, cg = register_tiles[dqk]
             tiles = [(cg, bn)] + tiles
         for cg, bn in tiles:
             warps = row_groups * cg
-            for pipe, convert in _ring_candidates(fp8, family, dqk, registers):
+            for pipe, convert in _ring_candidates(fp8, family, dqk, registers, register_tiles):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
                 if convert is not None:
                     data["convert"] = convert

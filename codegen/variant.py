@@ -121,6 +121,7 @@ class Variant:
             "col_iters": -(-chunks // 32),
             "ds_mla_latent": DS_MLA_LATENT,
             "mma_c_type": C_TYPES[cfg.mma_dtype],
+            "pv_c_type": C_TYPES[getattr(cfg, "pv_dtype", cfg.mma_dtype)],
             "q_to_fp16": cfg.mma_dtype == "fp16" and cfg.q_dtype == "bf16",
             "fp8_layout": FP8_LAYOUT_ENUM[cfg.scale_mode],
             "combine_groups": combine_groups(cfg),

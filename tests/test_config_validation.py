@@ -33,8 +33,6 @@ INVALID = [
      ["fp8_convert", "'ring' or 'registers'"]),
     (DecodeConfig, dict(MLA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_convert="registers"),
      ["fp8_convert='registers'", "gqa_decode", "mla_decode uses fp8_convert='ring'"]),
-    (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="block", scale_block_size=32, fp8_convert="registers"),
-     ["fp8_convert='registers'", "'per_tensor'", "'block' uses fp8_convert='ring'"]),
     (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_convert="registers", convert={}),
      ["convert", "no convert warps"]),
     (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_convert="registers", head_dim_qk=64,

@@ -166,20 +166,22 @@ def test_gqa_fp8_layouts(layout, block, scale_as, d, hq, hkv, page_size):
 
 
 @pytest.mark.parametrize("path", ["ring", "registers"])
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 32), ("block", 128)])
 @pytest.mark.parametrize("d,hq,hkv,page_size,s_q,dtype", [(128, 32, 8, 16, 1, "bf16"), (64, 8, 8, 32, 1, "bf16"),
                                                           (256, 16, 2, 64, 1, "bf16"), (128, 16, 4, 32, 2, "fp16"),
                                                           (128, 64, 4, 128, 1, "bf16"), (64, 32, 2, 16, 4, "bf16")])
-def test_gqa_fp8_per_tensor_on_each_dequantization_path(path, d, hq, hkv, page_size, s_q, dtype):
-    """Per-tensor GQA pinned to each sm80 dequantization path: the convert warps' ring, and the
-    consumers' registers (mma fragments read from the swizzled fp8 tile, k-permuted Q and P)."""
+def test_gqa_fp8_on_each_dequantization_path(path, layout, block, d, hq, hkv, page_size, s_q, dtype):
+    """GQA pinned to each sm80 dequantization path: the convert warps' ring, and the consumers'
+    registers (mma fragments read from the swizzled fp8 tile, k-permuted Q and P; block scales
+    applied to S per block and to fp32 P per V block, V moved bit-wise into bf16)."""
     from kvforge.runtime.device import device_arch
     from kvforge.runtime.select import select_decode_config
 
     cfg = select_decode_config("gqa_decode", device_arch(0), dtype, page_size, heads=hq // hkv, head_dim=d,
-                               s_q=s_q, scale_mode="per_tensor", fp8_convert=path)
+                               s_q=s_q, scale_mode=layout, scale_block_size=block, fp8_convert=path)
     assert cfg.fp8_convert == path
     lens = LENS_RAGGED if s_q == 1 else [s_q, 300, 1, 77, s_q - 1]
-    c = make_fp8_case("gqa_decode", "per_tensor", batch=len(lens), s_q=s_q, hq=hq, hkv=hkv, d=d,
+    c = make_fp8_case("gqa_decode", layout, block=block, batch=len(lens), s_q=s_q, hq=hq, hkv=hkv, d=d,
                       page_size=page_size, lens=lens, dtype=dtype, seed=d + hq + s_q)
     out, lse = _poisoned(c, "gqa_decode")
     _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)

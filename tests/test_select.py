@@ -163,14 +163,19 @@ def test_fp8_gqa_and_mla_never_take_bulk_loads():
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_fp8_gqa_per_tensor_dequantizes_in_registers(d):
-    """Per-tensor GQA: no convert warps, the MMA ring holds fp8 tiles; block scales keep the ring path."""
+    """GQA (per-tensor and block scales): no convert warps, the MMA ring holds fp8 tiles (block
+    scales apart, [block][key] per K and V); MLA keeps the load-and-convert ring."""
     cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1, scale_mode="per_tensor")
     assert cfg.fp8_convert == "registers" and cfg.convert is None and cfg.ctas_per_sm >= 2
     assert cfg.threads == 32 * (cfg.pipeline.num_producer + cfg.pipeline.num_consumer)
     assert cfg.stage_bytes == 2 * cfg.block_n * d and cfg.cols_per_warp % 32 == 0
     blk = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=d, s_q=1, scale_mode="block",
                                scale_block_size=32)
-    assert blk.fp8_convert == "ring" and blk.convert is not None
+    assert blk.fp8_convert == "registers" and blk.convert is None and blk.pv_dtype == "bf16"
+    assert blk.stage_bytes == 2 * blk.block_n * d + 2 * (d // 32) * blk.block_n * 4
+    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
+                               scale_mode="per_tensor")
+    assert mla.fp8_convert == "ring" and mla.convert is not None
 
 
 def test_fp8_convert_choice_is_checked():

@@ -20,6 +20,8 @@ namespace {
 using T = __nv_bfloat16;      // q and out
 using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
+using TPV = __half;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
+using MmaPV = kvforge::sm80::MmaType<TPV>;
 using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
@@ -102,12 +104,22 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 // chunk c of fp8 row r is stored at c ^ f(r), f packed in 3-bit fields (0: unswizzled)
 constexpr unsigned long long kFp8Swizzle = 47168349581080ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
-// fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers
+// fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
+// Block scales sit apart from the rows, fp32 [block][key] for K then V; P is kept in fp32 and takes
+// each key's V scale (times kPBias) before PV, whose bf16 V is value x 2^-120 (out x kOutBias).
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
+constexpr bool kBlockRegisters = false;
+constexpr int kKV8ScaleOffset = 32768;
+constexpr int kScaleSpan = 128;  // columns per block scale
+constexpr float kPBias = 0x1p100f, kOutBias = 0x1p20f;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers) && kConvertWarps == 0, "threads");
-static_assert(kKV8Stride == kTokenBytes && kScaleWords == 0 && kStageBytes == kKV8StageBytes &&
-              kVOffset == kKV8VOffset && kColsPerWarp % 32 == 0, "fp8 register tiles");
+static_assert(kKV8Stride == kTokenBytes && kStageBytes == kKV8StageBytes && kVOffset == kKV8VOffset &&
+              kColsPerWarp % 32 == 0, "fp8 register tiles");
+static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
+                                   kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
+                                   (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0) &&
+                                   kPBias * kOutBias * kvforge::sm80::kRawBf16Scale == 1.f), "fp8 block scales apart");
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
@@ -239,8 +251,10 @@ __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsign
       if constexpr (!kIsMLA) tile::cp_async_16(dst + kKV8VOffset + at, v_cache + t * kTokenBytes + c * 16, valid);
     } else {
       const int s = c - kLoadChunks;
-      tile::cp_async_4(dst + kTokenBytes + 4 * s, k_scale + t * kScaleBlocks + s, valid);
-      if constexpr (!kIsMLA) tile::cp_async_4(dst + kKV8VOffset + kTokenBytes + 4 * s, v_scale + t * kScaleBlocks + s, valid);
+      // the register path keeps scales apart: [block][key], K then V
+      unsigned char* sdst = stage + kKV8ScaleOffset + (s * kBN + row) * 4;
+      tile::cp_async_4(sdst, k_scale + t * kScaleBlocks + s, valid);
+      tile::cp_async_4(sdst + kScaleBlocks * kBN * 4, v_scale + t * kScaleBlocks + s, valid);
     }
   }
   __syncwarp();  // row_tok is rewritten for the next tile
@@ -394,8 +408,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWarp / 8][4], 
     st.l[0] += p0 + p1;
     st.l[1] += p2 + p3;
     const int col = st.cg * kKeysPerWarp + i * 8 + 2 * st.tq;
-    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = Mma::pack(p0, p1);
-    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = Mma::pack(p2, p3);
+    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = MmaPV::pack(p0, p1);
+    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = MmaPV::pack(p2, p3);
   }
 }
 
@@ -450,9 +464,9 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], co
 #pragma unroll
     for (int c = 0; c < kColsPerWarp; c += 32) {
       u32 b[4][2];
-      tile::load_v32_e4m3<kKV8Stride, kFp8Swizzle>(b, stage + kVOffset, k0, st.cg * kColsPerWarp + c);
+      tile::load_v32_e4m3<kKV8Stride, kFp8Swizzle, TPV>(b, stage + kVOffset, k0, st.cg * kColsPerWarp + c);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) Mma::mma(o[c / 8 + j], p.r, b[j][0], b[j][1]);
+      for (int j = 0; j < 4; ++j) MmaPV::mma(o[c / 8 + j], p.r, b[j][0], b[j][1]);
     }
   }
 }

@@ -16,6 +16,8 @@ namespace {
 using T = __half;      // q and out
 using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
+using TPV = __half;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
+using MmaPV = kvforge::sm80::MmaType<TPV>;
 using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
@@ -357,8 +359,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWarp / 8][4], 
     st.l[0] += p0 + p1;
     st.l[1] += p2 + p3;
     const int col = st.cg * kKeysPerWarp + i * 8 + 2 * st.tq;
-    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = Mma::pack(p0, p1);
-    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = Mma::pack(p2, p3);
+    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = MmaPV::pack(p0, p1);
+    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = MmaPV::pack(p2, p3);
   }
 }
 

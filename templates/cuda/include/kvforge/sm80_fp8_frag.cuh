@@ -13,7 +13,9 @@
 //   each thread owns 8 consecutive output columns per group (`o_cols_e4m3`).
 // fp8 rows are stored with their 16-byte chunks XOR-swizzled (chunk c of row r at c ^ f(r), f
 // packed for r % 16 in 3-bit fields of kSwizzle, computed by codegen) so both reads are free of
-// bank conflicts. e4m3 -> fp16 is exact (cvt.rn.f16x2.e4m3x2), so the MMAs run in fp16.
+// bank conflicts. e4m3 -> fp16 is exact (cvt.rn.f16x2.e4m3x2), so QK runs in fp16; PV too, or,
+// with block scales, in bf16 on V moved bit-wise into bf16 as value x 2^-120 (`e4m3x2_to_bf16x2_raw`;
+// the caller folds 2^120 into P and the output).
 #pragma once
 
 #include "kvforge/fp8_convert.cuh"
@@ -55,9 +57,31 @@ __device__ __forceinline__ FragKt8 load_kt8_e4m3(const unsigned char* tile, int 
   return b;
 }
 
+// Two e4m3 values (bytes kLo and kLo + 1 of `w`) -> bf16x2 holding value x 2^-120, by bit moves only
+// (no conversion unit): sign to bit 15, exponent and mantissa (bits 6..0) to bits 10..4. Exact for
+// every normal e4m3 value (bf16 exponent field = e4m3's, >= 1); e4m3 subnormals (below 2^-6 of the
+// block scale) become bf16 subnormals, which the tensor cores may flush.
+constexpr float kRawBf16Scale = 0x1p-120f;
+template <int kLo>
+__device__ __forceinline__ u32 e4m3x2_to_bf16x2_raw(u32 w) {
+  const u32 y = __byte_perm(w, 0u, kLo == 0 ? 0x1404 : 0x3424);  // byte kLo -> bits 15..8, kLo + 1 -> 31..24
+  return (y & 0x80008000u) | ((y >> 4) & 0x07F007F0u);
+}
+
+// Two e4m3 values (bytes kLo, kLo + 1 of `w`) as the PV MMA's input type: fp16 (exact), or bf16 x 2^-120.
+template <class TV, int kLo>
+__device__ __forceinline__ u32 e4m3x2_to(u32 w) {
+  if constexpr (fp8::IsBf16<TV>::value) {
+    return e4m3x2_to_bf16x2_raw<kLo>(w);
+  } else {
+    return fp8::e4m3x2_to_f16x2(kLo == 0 ? w : w >> 16);
+  }
+}
+
 // V fragments of the four n8 tiles of columns c0..c0+31 (c0 a multiple of 32) for keys k0..k0+15
-// (k-permuted) from an fp8 V tile: b[j] feeds tile j (column n = g is physical column c0 + 4g + j).
-template <int kStride, unsigned long long kSwizzle>
+// (k-permuted) from an fp8 V tile, as TV (fp16, or bf16 x 2^-120): b[j] feeds tile j (column n = g is
+// physical column c0 + 4g + j).
+template <int kStride, unsigned long long kSwizzle, class TV>
 __device__ __forceinline__ void load_v32_e4m3(u32 (&b)[4][2], const unsigned char* tile, int k0, int c0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int chunk = (c0 >> 4) + (g >> 2), byte = 4 * (g & 3);
@@ -70,14 +94,14 @@ __device__ __forceinline__ void load_v32_e4m3(u32 (&b)[4][2], const unsigned cha
   // (key 4t, key 4t+1) of columns 0,1 | 2,3, then (4t+2, 4t+3): byte j of each word is column j
   const u32 k01_c01 = __byte_perm(w[0], w[1], 0x5140), k01_c23 = __byte_perm(w[0], w[1], 0x7362);
   const u32 k23_c01 = __byte_perm(w[2], w[3], 0x5140), k23_c23 = __byte_perm(w[2], w[3], 0x7362);
-  b[0][0] = fp8::e4m3x2_to_f16x2(k01_c01);
-  b[1][0] = fp8::e4m3x2_to_f16x2(k01_c01 >> 16);
-  b[2][0] = fp8::e4m3x2_to_f16x2(k01_c23);
-  b[3][0] = fp8::e4m3x2_to_f16x2(k01_c23 >> 16);
-  b[0][1] = fp8::e4m3x2_to_f16x2(k23_c01);
-  b[1][1] = fp8::e4m3x2_to_f16x2(k23_c01 >> 16);
-  b[2][1] = fp8::e4m3x2_to_f16x2(k23_c23);
-  b[3][1] = fp8::e4m3x2_to_f16x2(k23_c23 >> 16);
+  b[0][0] = e4m3x2_to<TV, 0>(k01_c01);
+  b[1][0] = e4m3x2_to<TV, 2>(k01_c01);
+  b[2][0] = e4m3x2_to<TV, 0>(k01_c23);
+  b[3][0] = e4m3x2_to<TV, 2>(k01_c23);
+  b[0][1] = e4m3x2_to<TV, 0>(k23_c01);
+  b[1][1] = e4m3x2_to<TV, 2>(k23_c01);
+  b[2][1] = e4m3x2_to<TV, 0>(k23_c23);
+  b[3][1] = e4m3x2_to<TV, 2>(k23_c23);
 }
 
 // The output columns a thread owns in a 32-column group after load_v32_e4m3's PV: tile j's
