@@ -232,7 +232,17 @@ class Sm80DecodeConfig(DecodeConfig):
     def load_scale_words(self) -> int:
         """fp32 block scales per token, copied beside its row (4-byte cp.async); the packed token
         carries its own."""
-        return self.scale_blocks if self.scale_mode == "block" else 0
+        return self.scale_blocks if self.scale_mode == "block" and not self.fp8_registers else 0
+
+    @property
+    def scale_copy_bytes(self) -> int:
+        """Register path, block scales: bytes per cp.async of a token's scales (4, 8 or 16; they sit
+        apart, [key][block], so one token's scales are one contiguous run)."""
+        return min(16, 4 * self.scale_blocks) if self.fp8_registers and self.scale_mode == "block" else 0
+
+    @property
+    def scale_copies(self) -> int:
+        return 4 * self.scale_blocks // self.scale_copy_bytes if self.scale_copy_bytes else 0
 
     @property
     def kv8_row_stride(self) -> int:
@@ -245,7 +255,7 @@ class Sm80DecodeConfig(DecodeConfig):
     @property
     def kv8_scale_offset(self) -> int:
         """Register path, block scales: where a stage's scales start (after the K and V tiles), fp32
-        [block][key] for K, then the same for V, so a thread's keys are contiguous."""
+        [key][block] for K, then the same for V (each token's scales one contiguous copy)."""
         return 2 * self.block_n * self.kv8_row_stride if self.fp8_registers else 0
 
     @property

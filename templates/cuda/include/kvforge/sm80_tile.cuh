@@ -26,6 +26,17 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(valid ? 4 : 0));
 }
+// N-byte (4, 8 or 16) global -> shared copy; zero fill as above.
+template <int N>
+__device__ __forceinline__ void cp_async_n(void* smem, const void* gmem, bool valid) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (N == 16) {
+    cp_async_16(smem, gmem, valid);
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N),
+                 "r"(valid ? N : 0));
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
