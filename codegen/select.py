@@ -62,7 +62,7 @@ FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block")}
 FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)}
 # ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
 # registers): tiles that keep every thread's registers free of spills
-FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (64, 4, 4, 4), 256: (32, 4, 2, 4)}
+FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4)}
 FP8_REGISTER_STAGES = (6, 5, 4, 3, 2)  # fallbacks when the preferred tile does not fit
 FP8_REGISTER_PRODUCERS = (4, 2, 1)
 

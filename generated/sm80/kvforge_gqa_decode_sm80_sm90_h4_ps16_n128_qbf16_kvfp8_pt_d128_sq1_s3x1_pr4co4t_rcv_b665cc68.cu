@@ -105,7 +105,7 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 47168349581080ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [block][key] for K then V; P is kept in fp32 and takes
+// Block scales sit apart from the rows, fp32 [key][block] for K then V; P is kept in fp32 and takes
 // each key's V scale (times kPBias) before PV, whose bf16 V is value x 2^-120 (out x kOutBias).
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
@@ -251,10 +251,8 @@ __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsign
       if constexpr (!kIsMLA) tile::cp_async_16(dst + kKV8VOffset + at, v_cache + t * kTokenBytes + c * 16, valid);
     } else {
       const int s = c - kLoadChunks;
-      // the register path keeps scales apart: [block][key], K then V
-      unsigned char* sdst = stage + kKV8ScaleOffset + (s * kBN + row) * 4;
-      tile::cp_async_4(sdst, k_scale + t * kScaleBlocks + s, valid);
-      tile::cp_async_4(sdst + kScaleBlocks * kBN * 4, v_scale + t * kScaleBlocks + s, valid);
+      tile::cp_async_4(dst + kTokenBytes + 4 * s, k_scale + t * kScaleBlocks + s, valid);
+      if constexpr (!kIsMLA) tile::cp_async_4(dst + kKV8VOffset + kTokenBytes + 4 * s, v_scale + t * kScaleBlocks + s, valid);
     }
   }
   __syncwarp();  // row_tok is rewritten for the next tile
