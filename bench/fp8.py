@@ -54,17 +54,15 @@ def run_fp8(sh: Shape, q, entry, bt, lens, config=None):
     return kvforge.gqa_decode(q, k, v, bt, lens, k_scale=ks, v_scale=vs, config=config)[0]
 
 
-def deep_ring(sh: Shape, layout: str, block: int | None):
-    """The built-in fp8 choice with a 6-deep load ring (one CTA per SM where it was two): an A/B row."""
-    from kvforge.codegen.decode import DecodeConfig
-    from kvforge.codegen.errors import build
-    from kvforge.runtime.decode import select_config
-    from kvforge.runtime.kv_format import KVFormat
+def convert_path_config(sh: Shape, layout: str, block: int | None, path: str):
+    """The sm80 fp8 config dequantizing through `path` ('ring': convert warps; 'registers': the
+    consumers) for this shape on this device: an A/B row against the built-in choice."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
 
-    cfg = select_config(sh.family, "bf16", sh.page, sh.hq // sh.hkv, sh.d, sh.s_q, 0, KVFormat("fp8_e4m3", layout, block))
-    data = cfg.model_dump(mode="json")
-    data["convert"]["num_load_stages"] = 6
-    return build(DecodeConfig, data)
+    return select_decode_config(sh.family, device_arch(0), "bf16", sh.page, heads=sh.hq // sh.hkv, head_dim=sh.d,
+                                s_q=sh.s_q, backend="sm80", scale_mode=layout, scale_block_size=block,
+                                fp8_convert=path)
 
 
 def backend_config(sh: Shape, layout: str, block: int | None, backend: str):
@@ -138,8 +136,9 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001
                     notes.append(f"- {sh.label}: FlashInfer FP8 failed: {type(e).__name__}: {str(e)[:160]}")
             name = layout if block is None else f"{layout} {block}"
-            chosen = backend_config(sh, layout, block, None).backend
-            name = f"{name} ({chosen})"
+            chosen_cfg = backend_config(sh, layout, block, None)
+            chosen = chosen_cfg.backend
+            name = f"{name} ({chosen}{', ' + chosen_cfg.fp8_convert if chosen == 'sm80' else ''})"
             rows.append((sh.label, name, ms, nbytes / ms / 1e6, base / ms, target, fi_ms, fi_ms / ms, nbytes))
             if sh.family == "mla_decode" and sh.hq * sh.s_q > 16:  # the other backend on the same inputs
                 other = "sm80" if chosen == "sm90" else "sm90"
@@ -147,11 +146,13 @@ def main() -> int:
                 oms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, cfg) for i in range(copies)], iters)
                 rows.append((sh.label, f"{name.rsplit(' (', 1)[0]} ({other}, A/B)", oms, nbytes / oms / 1e6,
                              base / oms, target, fi_ms, fi_ms / oms, nbytes))
-            if sh.family == "gqa_decode" and layout == "per_tensor" and not args.quick:
-                deep = deep_ring(sh, layout, block)
-                dms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, deep) for i in range(copies)], iters)
-                rows.append((sh.label, f"{name}, 6-deep fp8 ring (A/B)", dms, nbytes / dms / 1e6, base / dms, target,
-                             fi_ms, fi_ms / dms, nbytes))
+            if sh.family == "gqa_decode":  # the other dequantization path on the same inputs
+                cfg = backend_config(sh, layout, block, None)
+                other = "ring" if cfg.fp8_convert == "registers" else "registers"
+                alt = convert_path_config(sh, layout, block, other)
+                ams = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, alt) for i in range(copies)], iters)
+                rows.append((sh.label, f"{name.rsplit(' (', 1)[0]} (sm80, {other}, A/B)", ams, nbytes / ams / 1e6,
+                             base / ams, target, fi_ms, fi_ms / ams, nbytes))
             print(f"{sh.label} {name}: {ms:.3f} ms ({base / ms:.2f}x bf16, target {target:.2f}x), "
                   f"FlashInfer fp8 {fi_ms:.3f}", file=sys.stderr, flush=True)
             del qkv

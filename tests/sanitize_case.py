@@ -87,8 +87,9 @@ def poisoned_case(family, heads=16):
 
 def fp8_case(layout):
     """fp8 caches: MLA at 16 heads (sm80's convert warps) and 64 heads (on sm_90 the sm90 kernel,
-    page 16: four bulk copies per tile) and GQA (group 4, D 128) in `layout` (block: 64-wide
-    scales), with a split sequence whose tiles lap the rings many times."""
+    page 16: four bulk copies per tile) and GQA (group 4 D 128 s_q 2, group 1 D 64: the consumers
+    dequantize in registers) in `layout` (block: 64-wide scales), with a split sequence whose tiles
+    lap the rings many times."""
     lens = [1500, 40, 1]
     block = 64 if layout == "block" else None
     for hq, page_size in ((16, 64), (64, 16)):
@@ -98,11 +99,13 @@ def fp8_case(layout):
         assert not bool(torch.isnan(out).any())
     if layout == "fp8_ds_mla":
         return
-    case = make_case("gqa_decode", batch=3, s_q=2, hq=16, hkv=4, d=128, page_size=16, lens=lens, seed=8)
-    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
-    v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
-    out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=True, k_scale=ks, v_scale=vs)
-    assert not bool(torch.isnan(out).any())
+    for d, hq, hkv, s_q in ((128, 16, 4, 2), (64, 8, 8, 1)):
+        case = make_case("gqa_decode", batch=3, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=8)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
+        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
+                                    v_scale=vs)
+        assert not bool(torch.isnan(out).any())
 
 
 def selftest_case(fill, arrive):
