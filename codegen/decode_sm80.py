@@ -19,7 +19,7 @@ BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk with mbarrier complete_tx
 FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
 
-FP8_SWIZZLE_CHUNKS = (4, 8, 16)  # 16-byte chunks per fp8 row the register path swizzles (D = 64, 128, 256)
+FP8_SWIZZLE_CHUNKS = (4, 8, 16, 36)  # 16-byte chunks per fp8 row the register path swizzles (D = 64, 128, 256, 576)
 
 
 def fp8_row_swizzle(chunks: int) -> list[int]:
@@ -27,15 +27,16 @@ def fp8_row_swizzle(chunks: int) -> list[int]:
     row r at c ^ f(r), so both of its 32-bit shared-memory reads are free of bank conflicts (bits
     r0..r3 of the row; tests/test_fp8_swizzle.py checks every lane's bank):
     - K (QK's B): lanes read the same chunk of 8 consecutive rows: f must be one-to-one on r0..r2
-      (128-byte rows); with 64-byte rows, two rows share 128 bytes, so f must be one-to-one on
-      r1, r2 for each r0;
+      (rows a multiple of 128 bytes); rows of 64 bytes mod 128 (D = 64, MLA's 576) put consecutive
+      rows in opposite halves of the banks, so f must be one-to-one on r1, r2 for each r0 (and
+      stay below 4: chunks move inside their aligned group of four);
     - V (PV's B): lanes read 32 bytes (chunks 2b, 2b+1) of rows 4t + r, t = 0..3: f >> 1 must be
-      one-to-one on r2, r3 (128-byte rows). 64-byte rows cannot have that (the four rows share
-      r0, hence one half of the banks): 2-way conflicts there."""
+      one-to-one on r2, r3 (128-byte rows). Rows of 64 bytes mod 128 cannot have that (the four
+      rows share r0, hence one half of the banks): 2-way conflicts there."""
     out = []
     for r in range(16):
         b = [(r >> i) & 1 for i in range(4)]
-        if chunks >= 8:
+        if chunks % 8 == 0:
             out.append(b[0] | (b[2] ^ b[0]) << 1 | (b[3] ^ b[1]) << 2)
         else:
             out.append((b[1] ^ b[3]) | b[2] << 1)
@@ -115,9 +116,9 @@ class Sm80DecodeConfig(DecodeConfig):
                              f"head_dim_v={self.head_dim_v} into multiples of 16")
 
     def _validate_fp8_registers(self, where: str) -> None:
-        if self.family != "gqa_decode":
-            raise ValueError(f"{where}.fp8_convert='registers': implemented for gqa_decode; {self.family} "
-                             "uses fp8_convert='ring'")
+        if self.family == "mla_decode" and self.scale_mode != "per_tensor":
+            raise ValueError(f"{where}.fp8_convert='registers': implemented for mla_decode with "
+                             f"scale_mode='per_tensor'; {self.scale_mode!r} uses fp8_convert='ring'")
         if self.scale_mode not in ("per_tensor", "block"):
             raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode 'per_tensor' and "
                              f"'block'; {self.scale_mode!r} uses fp8_convert='ring'")

@@ -135,6 +135,26 @@ def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page
     _check("mla_decode", c, out, lse, causal=False)
 
 
+@pytest.mark.parametrize("path", ["ring", "registers"])
+@pytest.mark.parametrize("heads,s_q,page_size,dtype", [(16, 1, 64, "bf16"), (16, 2, 32, "bf16"), (8, 1, 16, "fp16"),
+                                                       (16, 1, 128, "bf16"), (4, 4, 64, "bf16")])
+def test_mla_fp8_per_tensor_on_each_dequantization_path(path, heads, s_q, page_size, dtype):
+    """Per-tensor MLA on the sm80 backend pinned to each dequantization path: convert warps, or the
+    consumers' registers (depth-split QK on the k-permuted fp8 K, PV on the first 512 columns)."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config("mla_decode", device_arch(0), dtype, page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", scale_mode="per_tensor", fp8_convert=path)
+    assert cfg.fp8_convert == path
+    lens = LENS_RAGGED if s_q == 1 else [s_q, 300, 1, 77, s_q - 1]
+    c = make_fp8_case("mla_decode", "per_tensor", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, dtype=dtype, seed=heads + s_q + page_size)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
 @pytest.mark.parametrize("heads,s_q,page_size", [(16, 2, 32), (64, 1, 128), (32, 4, 16), (128, 1, 64)])
 def test_mla_fp8_heads_and_causal_queries(layout, block, heads, s_q, page_size):
