@@ -52,6 +52,9 @@ class Sm80DecodeConfig(DecodeConfig):
         default="ring", description="fp8 KV: dequantize through the load-and-convert ring (convert warps write "
         "16-bit tiles the MMA reads), or in the consumers' registers (mma fragments read straight from the fp8 "
         "tile: no 16-bit tile, no convert warps)")
+    fp8_v_convert: Literal["cvt", "bits"] | None = Field(
+        default=None, description="fp8 register path: V to the PV input by the conversion unit (cvt.rn.f16x2.e4m3x2, "
+        "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales and MLA")
     kv_load: Literal["cp_async", "bulk"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, or one "
         "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer)")
@@ -82,6 +85,8 @@ class Sm80DecodeConfig(DecodeConfig):
             elif self.convert is None:
                 raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' with fp8_convert='ring' (a "
                                  "ConvertConfig: num_load_stages, num_convert); or set fp8_convert='registers'")
+        elif self.fp8_v_convert is not None:
+            raise ValueError(f"{where}.fp8_v_convert={self.fp8_v_convert!r}: for the fp8 register path only")
         elif self.fp8_convert != "ring":
             raise ValueError(f"{where}.fp8_convert={self.fp8_convert!r}: register dequantization is for "
                              f"kv_dtype='fp8_e4m3'; remove it for kv_dtype={self.kv_dtype!r}")
@@ -124,9 +129,12 @@ class Sm80DecodeConfig(DecodeConfig):
                              f"'block'; {self.scale_mode!r} uses fp8_convert='ring'")
         if self.convert is not None:
             raise ValueError(f"{where}.convert: fp8_convert='registers' has no convert warps; remove convert")
+        if self.fp8_v_convert == "cvt" and self.scale_mode == "block":
+            raise ValueError(f"{where}.fp8_v_convert='cvt': block scales need bf16's range for P x scale; use "
+                             "'bits' (or leave it unset)")
         if self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
             raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: fp8 register dequantization swizzles "
-                             "rows of 64, 128 or 256 bytes")
+                             "rows of 64, 128, 256 or 576 bytes")
         if self.cols_per_warp % 32:
             raise ValueError(f"{where}.pipeline.num_consumer={self.pipeline.num_consumer}: with "
                              f"fp8_convert='registers' each warp takes V columns in groups of 32; "
@@ -279,10 +287,21 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def pv_dtype(self) -> str:
-        """PV's input type: the QK type, except the register path with block scales, whose P carries
-        each key's V scale (P * scale rounded once, in bf16's exponent range) and whose V is
-        converted by bit moves to bf16 x 2^-120 (kvforge/sm80_fp8_frag.cuh)."""
-        return "bf16" if self.fp8_registers and self.scale_mode == "block" else self.mma_dtype
+        """PV's input type: the QK type, or bf16 where the register path moves V bit-wise into bf16
+        x 2^-120 (`raw_bf16_v`; with block scales P also carries each key's V scale, rounded once)."""
+        return "bf16" if self.raw_bf16_v else self.mma_dtype
+
+    @property
+    def raw_bf16_v(self) -> bool:
+        """Register path: V moved bit-wise into bf16 (value x 2^-120, no conversion unit) for PV, with
+        P carrying 2^100 and the output 2^20. Block scales need bf16's range for P x scale; MLA
+        converts every K byte twice (QK and PV), so moving V's conversion to the integer units
+        halves the load on the conversion unit."""
+        if not self.fp8_registers:
+            return False
+        if self.fp8_v_convert is not None:
+            return self.fp8_v_convert == "bits"
+        return self.scale_mode == "block" or self.family == "mla_decode"
 
     @property
     def kv8_v_offset(self) -> int:
@@ -344,7 +363,8 @@ class Sm80DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         return (self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
-                + (["bulk"] if self.kv_load == "bulk" else []) + (["rcv"] if self.fp8_registers else []))
+                + (["bulk"] if self.kv_load == "bulk" else []) + (["rcv"] if self.fp8_registers else [])
+                + ([f"v{self.fp8_v_convert}"] if self.fp8_v_convert else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         p = self.pipeline

@@ -62,6 +62,10 @@ __device__ __forceinline__ FragKt8 load_kt8_e4m3(const unsigned char* tile, int 
 // every normal e4m3 value (bf16 exponent field = e4m3's, >= 1); e4m3 subnormals (below 2^-6 of the
 // block scale) become bf16 subnormals, which the tensor cores may flush.
 constexpr float kRawBf16Scale = 0x1p-120f;
+// Callers fold the 2^120 back: P x kRawBf16PBias (P <= 1 times a scale stays far below bf16's max)
+// and the output x kRawBf16OutBias (the fp32 accumulator holds P V x 2^-20, far above its min).
+constexpr float kRawBf16PBias = 0x1p100f, kRawBf16OutBias = 0x1p20f;
+static_assert(kRawBf16PBias * kRawBf16OutBias * kRawBf16Scale == 1.f, "the bias is folded back exactly");
 template <int kLo>
 __device__ __forceinline__ u32 e4m3x2_to_bf16x2_raw(u32 w) {
   const u32 y = __byte_perm(w, 0u, kLo == 0 ? 0x1404 : 0x3424);  // byte kLo -> bits 15..8, kLo + 1 -> 31..24
