@@ -54,7 +54,7 @@ class Sm80DecodeConfig(DecodeConfig):
         "tile: no 16-bit tile, no convert warps)")
     fp8_v_convert: Literal["cvt", "bits"] | None = Field(
         default=None, description="fp8 register path: V to the PV input by the conversion unit (cvt.rn.f16x2.e4m3x2, "
-        "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales and MLA")
+        "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales, else cvt")
     kv_load: Literal["cp_async", "bulk"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, or one "
         "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer)")
@@ -294,14 +294,14 @@ class Sm80DecodeConfig(DecodeConfig):
     @property
     def raw_bf16_v(self) -> bool:
         """Register path: V moved bit-wise into bf16 (value x 2^-120, no conversion unit) for PV, with
-        P carrying 2^100 and the output 2^20. Block scales need bf16's range for P x scale; MLA
-        converts every K byte twice (QK and PV), so moving V's conversion to the integer units
-        halves the load on the conversion unit."""
+        P carrying 2^100 and the output 2^20: the default for block scales, which need bf16's range
+        for P x scale. Per-tensor scales convert V with cvt (fp16 PV): measured faster than the bit
+        moves at every shape, MLA included (bench/RESULTS.md)."""
         if not self.fp8_registers:
             return False
         if self.fp8_v_convert is not None:
             return self.fp8_v_convert == "bits"
-        return self.scale_mode == "block" or self.family == "mla_decode"
+        return self.scale_mode == "block"
 
     @property
     def kv8_v_offset(self) -> int:

@@ -55,11 +55,12 @@ FP8_MAX_THREADS = 384
 # fp8 layouts (per family) whose sm80 kernel dequantizes in the consumers' registers (fp8_convert =
 # "registers": mma fragments read straight from the fp8 ring, no convert warps); the others go
 # through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
-FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block")}
+FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block"), "mla_decode": ("per_tensor",)}
+FP8_REGISTER_MLA_MAX_ROWS = 16  # MLA: one row group of 16 query rows per CTA (the sm80 choice up to 16 heads)
 # The register path's measured best per head dim (bench/RESULTS.md, "FP8 KV": H200 sweep over keys
 # per tile, ring depth, producer and consumer warps at >= 2 CTAs per SM): (block_n, num_kv_stages,
 # num_producer, column-group warps). 32 KB slots at D = 128 and 256, four CTAs per SM at D = 64.
-FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)}
+FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2), 576: (64, 3, 4, 4)}
 # ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
 # registers): tiles that keep every thread's registers free of spills
 FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4)}
@@ -67,8 +68,11 @@ FP8_REGISTER_STAGES = (6, 5, 4, 3, 2)  # fallbacks when the preferred tile does 
 FP8_REGISTER_PRODUCERS = (4, 2, 1)
 
 
-def fp8_convert_path(family: str, scale_mode: str) -> str:
-    """'registers' or 'ring': how the sm80 kernel dequantizes an fp8 cache of this layout."""
+def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
+    """'registers' or 'ring': how the sm80 kernel dequantizes an fp8 cache of this layout for a CTA
+    of `rows` query rows (heads x s_q)."""
+    if family == "mla_decode" and rows > FP8_REGISTER_MLA_MAX_ROWS:
+        return "ring"
     return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
 
 
@@ -124,7 +128,8 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
                    page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
     fp8 = base["kv_dtype"] == "fp8_e4m3"
     explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
-    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"))) == "registers"
+    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q)
+                         ) == "registers"
     if registers:
         base["fp8_convert"] = "registers"
     register_tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES

@@ -99,14 +99,17 @@ def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
 @pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 32), ("block", 64), ("fp8_ds_mla", None)])
 def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     """fp8 caches follow the 16-bit rule: the sm90 kernel (bulk-copied fp8 ring, converted by the
-    math warpgroups; the deepest ring that fits) above 16 query rows per CTA, else sm80's
-    load-and-convert kernel; in the arch's shared memory, fp16 MMAs for per-tensor scales."""
+    math warpgroups; the deepest ring that fits) above 16 query rows per CTA, else sm80 (per-tensor
+    scales dequantized in the consumers' registers, the others through load-and-convert rings); in
+    the arch's shared memory, fp16 MMAs for per-tensor scales."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
     rows = heads * s_q
     assert cfg.backend == ("sm90" if rows > 16 else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
     if cfg.backend == "sm80":
-        assert cfg.convert is not None and cfg.threads <= 384 and cfg.max_s_q >= s_q
+        assert cfg.threads <= 384 and cfg.max_s_q >= s_q
+        assert cfg.fp8_convert == ("registers" if mode == "per_tensor" else "ring")
+        assert (cfg.convert is None) == (mode == "per_tensor")
     else:
         assert cfg.num_kv_stages == (2 if mode == "per_tensor" else 1) and cfg.kv16_tiles == 1
         assert cfg.kv8_stage_bytes >= 64 * cfg.kv_token_bytes
@@ -175,7 +178,10 @@ def test_fp8_gqa_per_tensor_dequantizes_in_registers(d):
     assert blk.stage_bytes == 2 * blk.block_n * d + 2 * (d // 32) * blk.block_n * 4
     mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
                                scale_mode="per_tensor")
-    assert mla.fp8_convert == "ring" and mla.convert is not None
+    assert mla.fp8_convert == "registers" and mla.qk_depth_split and mla.cols_per_warp == 128
+    mla2 = select_decode_config("mla_decode", "sm_90", "bf16", 32, heads=16, head_dim=576, s_q=2, backend="sm80",
+                                scale_mode="per_tensor")
+    assert mla2.fp8_convert == "ring" and mla2.convert is not None  # 32 query rows: the ring
 
 
 def test_fp8_convert_choice_is_checked():
