@@ -1,6 +1,8 @@
-"""The sm90 kernels compile to what the design says, read from their SASS (NVRTC's cubin,
-disassembled with `cuobjdump -sass`; no GPU needed): wgmma (HGMMA), TMA loads (UTMALDG), the
-warpgroup register split (USETMAXREG), and no local memory (LDL/STL: spills or stack arrays).
+"""The kernels compile to what the design says, read from their SASS (NVRTC's cubin, disassembled
+with `cuobjdump -sass`; no GPU needed): for sm90, wgmma (HGMMA), TMA loads (UTMALDG), the warpgroup
+register split (USETMAXREG), and no local memory (LDL/STL: spills or stack arrays); for fp8, the
+hardware e4m3 conversion, and on the register path no ldmatrix (no 16-bit tile) but byte permutes;
+bulk-copy producers (UBLKCP).
 
 cuobjdump and the nvdisasm it runs come from the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm
 wheels (the `dev` extra); the test skips, saying so, where they are missing. One sm90 variant of
@@ -171,3 +173,43 @@ def test_bulk_copy_producers_issue_ublkcp_without_local_memory(variant, tmp_path
     assert re.search(r"\bUBLKCP\b", main), "no UBLKCP (cp.async.bulk) in the kernel"
     assert not re.search(r"\b(LDL|STL)\b", main), "local memory traffic (LDL/STL) in the kernel"
     assert k.resources.spill_store_bytes == 0
+
+
+ALL_FP8_REGISTERS = [v for v in ALL_FP8 if getattr(v.config, "fp8_registers", False)]
+
+
+def test_the_default_matrix_has_register_path_variants_of_both_families_and_both_v_conversions():
+    kinds = {(v.family, v.config.scale_mode, v.config.raw_bf16_v) for v in ALL_FP8_REGISTERS}
+    assert kinds >= {("gqa_decode", "per_tensor", False), ("gqa_decode", "block", True),
+                     ("mla_decode", "per_tensor", False)}, kinds
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", ALL_FP8_REGISTERS, ids=lambda v: v.name)
+def test_register_path_reads_fp8_fragments_without_a_16_bit_tile(variant, tmp_path):
+    """fp8_convert='registers': no ldmatrix anywhere in the main kernel (Q and P are read k-permuted
+    by plain loads, K and V as fp8 words), byte permutes for V's fragments, the hardware e4m3
+    conversion for K (and V unless it is moved bit-wise into bf16), and no local memory."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    assert not re.search(r"\bLDSM\b", main), "ldmatrix (LDSM) in a register-path kernel: a 16-bit tile is read"
+    assert re.search(r"\bPRMT\b", main), "no byte permutes (PRMT): V's fragments are not built from fp8 words"
+    cvts = len(re.findall(r"\bF2FP\.F16\.E4M3\b", main))
+    assert cvts > 0, "no F2FP.F16.E4M3 (hardware e4m3 conversion)"
+    assert not re.search(r"\b(LDL|STL)\b", main), "local memory traffic (LDL/STL) in the kernel"
+    assert k.resources.spill_store_bytes == 0
+
+
+@needs_nvrtc
+@needs_cuobjdump
+def test_ring_path_kernels_still_read_16_bit_tiles_with_ldmatrix(tmp_path):
+    """The contrast that makes the LDSM check above meaningful: a convert-warp kernel's consumers
+    read their 16-bit tiles with ldmatrix."""
+    from kvforge.runtime import compile
+
+    ring = next(v for v in ALL_FP8 if getattr(v.config, "convert", None) is not None)
+    main = sass_functions(compile(ring).cubin, tmp_path)[ring.name]
+    assert re.search(r"\bLDSM\b", main)
