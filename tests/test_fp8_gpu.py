@@ -208,6 +208,29 @@ def test_gqa_fp8_on_each_dequantization_path(path, layout, block, d, hq, hkv, pa
     _check("gqa_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("family,heads,d,page_size,dtype", [("gqa_decode", 4, 128, 16, "bf16"),
+                                                         ("gqa_decode", 8, 64, 32, "fp16"),
+                                                         ("mla_decode", 16, 576, 64, "bf16")])
+def test_fp8_per_tensor_v_moved_bitwise_into_bf16(family, heads, d, page_size, dtype):
+    """The register path's other V conversion pinned for per-tensor scales (`fp8_v_convert='bits'`:
+    V bit-moved into bf16 x 2^-120, P and the output carrying the 2^120; the default for block scales)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config(family, device_arch(0), dtype, page_size, heads=heads, head_dim=d, s_q=1,
+                               backend="sm80", scale_mode="per_tensor", fp8_convert="registers")
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": "bits"})
+    assert cfg.raw_bf16_v and cfg.pv_dtype == "bf16"
+    hq, hkv = (heads, 1) if family == "mla_decode" else (heads * 4, 4)
+    c = make_fp8_case(family, "per_tensor", batch=len(LENS_RAGGED), s_q=1, hq=hq, hkv=hkv, d=d,
+                      page_size=page_size, lens=LENS_RAGGED, dtype=dtype, seed=d + heads)
+    out, lse = _poisoned(c, family)
+    _run(family, c, out=out, lse=lse, config=cfg)
+    _check(family, c, out, lse, causal=False)
+
+
 @pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64)])
 @pytest.mark.parametrize("s_q", [2, 4])
 def test_gqa_fp8_causal_queries_and_fp16(layout, block, s_q):
