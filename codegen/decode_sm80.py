@@ -82,11 +82,15 @@ class Sm80DecodeConfig(DecodeConfig):
                                  f"instructions of {', '.join(FP8_ARCHS)}; {self.arch} has none (use a bf16/fp16 cache)")
             if self.fp8_registers:
                 self._validate_fp8_registers(where)
+            elif self.fp8_v_convert is not None:
+                raise ValueError(f"{where}.fp8_v_convert={self.fp8_v_convert!r}: chooses V's conversion on the fp8 "
+                                 "register path; set fp8_convert='registers' or remove it")
             elif self.convert is None:
                 raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' with fp8_convert='ring' (a "
                                  "ConvertConfig: num_load_stages, num_convert); or set fp8_convert='registers'")
         elif self.fp8_v_convert is not None:
-            raise ValueError(f"{where}.fp8_v_convert={self.fp8_v_convert!r}: for the fp8 register path only")
+            raise ValueError(f"{where}.fp8_v_convert={self.fp8_v_convert!r}: chooses V's conversion on the fp8 "
+                             f"register path; remove it for kv_dtype={self.kv_dtype!r}")
         elif self.fp8_convert != "ring":
             raise ValueError(f"{where}.fp8_convert={self.fp8_convert!r}: register dequantization is for "
                              f"kv_dtype='fp8_e4m3'; remove it for kv_dtype={self.kv_dtype!r}")
@@ -221,7 +225,7 @@ class Sm80DecodeConfig(DecodeConfig):
     def full_arrivals(self) -> int:
         """The MMA ring's full barrier: every producer lane arrives through
         cp.async.mbarrier.arrive.noinc; with fp8 KV every convert thread after its stores."""
-        return self.convert.convert_threads if self.is_fp8 and not self.fp8_registers else 32 * self.pipeline.num_producer
+        return self.convert.convert_threads if self.convert is not None else 32 * self.pipeline.num_producer
 
     # ---- fp8 KV: the load ring the producers fill and the convert warps drain -------------------
     @property

@@ -76,16 +76,18 @@ def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
     return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
 
 
-def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, registers: bool = False, tiles: dict | None = None):
+def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, register_tile: tuple | None = None):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
-    ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV: the
-    bytes in flight sit in the fp8 load ring, so it goes deep and the 16-bit MMA ring stays short;
-    GQA (two CTAs per SM) takes two producer warps and six convert warps (bench/fp8_tune.py: the
-    convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2), four at D = 256, whose
-    consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
-    if registers:  # the MMA ring holds fp8 tiles: no convert warps
-        if head_dim in tiles:
-            _, stages, producers, _ = tiles[head_dim]
+    ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV
+    dequantized in registers (`register_tile`: the measured (block_n, stages, producers, column
+    groups), or () without one): that tile's ring first, then deep rings, no convert warps. fp8 KV
+    through the convert warps: the bytes in flight sit in the fp8 load ring, so it goes deep and the
+    16-bit MMA ring stays short; GQA (two CTAs per SM) takes two producer warps and six convert warps
+    (bench/fp8_tune.py: the convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2),
+    four at D = 256, whose consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
+    if register_tile is not None:  # the MMA ring holds fp8 tiles: no convert warps
+        if register_tile:
+            _, stages, producers, _ = register_tile
             yield {"num_kv_stages": stages, "num_producer": producers}, None
         for stages in FP8_REGISTER_STAGES:
             for producers in FP8_REGISTER_PRODUCERS:
@@ -130,21 +132,23 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
     registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q)
                          ) == "registers"
+    register_tile = None
     if registers:
         base["fp8_convert"] = "registers"
-    register_tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
+        tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
+        register_tile = tiles.get(dqk, ())
     if bulk_loads(family, arch, dqk, fp8):
         base["kv_load"] = "bulk"
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:
         tiles = _candidates(family, row_groups, dv)
-        if registers and dqk in register_tiles:
-            bn, _, _, cg = register_tiles[dqk]
+        if register_tile:
+            bn, _, _, cg = register_tile
             tiles = [(cg, bn)] + tiles
         for cg, bn in tiles:
             warps = row_groups * cg
-            for pipe, convert in _ring_candidates(fp8, family, dqk, registers, register_tiles):
+            for pipe, convert in _ring_candidates(fp8, family, dqk, register_tile):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
                 if convert is not None:
                     data["convert"] = convert

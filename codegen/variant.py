@@ -122,6 +122,8 @@ class Variant:
             "ds_mla_latent": DS_MLA_LATENT,
             "mma_c_type": C_TYPES[cfg.mma_dtype],
             "pv_c_type": C_TYPES[getattr(cfg, "pv_dtype", cfg.mma_dtype)],
+            # P's factor in shared memory (kvforge::sm80::kRawBf16PBias where PV reads V as bf16 x 2^-120)
+            "p_store_scale": "0x1p100f" if getattr(cfg, "raw_bf16_v", False) else "1.f",
             "q_to_fp16": cfg.mma_dtype == "fp16" and cfg.q_dtype == "bf16",
             "fp8_layout": FP8_LAYOUT_ENUM[cfg.scale_mode],
             "combine_groups": combine_groups(cfg),

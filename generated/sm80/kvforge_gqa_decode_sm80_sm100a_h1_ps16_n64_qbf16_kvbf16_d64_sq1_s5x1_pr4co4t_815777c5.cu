@@ -18,6 +18,7 @@ using TM = __nv_bfloat16;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
 using TPV = __nv_bfloat16;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
 using MmaPV = kvforge::sm80::MmaType<TPV>;
+constexpr float kPStoreScale = 1.f;  // P in shared memory: x 2^100 where PV reads bf16 V x 2^-120
 using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
@@ -230,7 +231,6 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
   tile::cp_async_wait_all();
 }
 
-
 // ---- consumer phases ---------------------------------------------------------------------------
 // The consumer warp (rg, cg) owns query rows rg*16.. and keys cg*kKeysPerWarp.. of each tile (QK),
 // and V columns cg*kColsPerWarp.. (PV). Each thread holds two rows (g and g+8 of its row group).
@@ -360,8 +360,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWarp / 8][4], 
     st.l[0] += p0 + p1;
     st.l[1] += p2 + p3;
     const int col = st.cg * kKeysPerWarp + i * 8 + 2 * st.tq;
-    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = MmaPV::pack(p0, p1);
-    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = MmaPV::pack(p2, p3);
+    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) =
+        MmaPV::pack(p0 * kPStoreScale, p1 * kPStoreScale);
+    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) =
+        MmaPV::pack(p2 * kPStoreScale, p3 * kPStoreScale);
   }
 }
 

@@ -22,6 +22,7 @@ using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
 using TPV = __half;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
 using MmaPV = kvforge::sm80::MmaType<TPV>;
+constexpr float kPStoreScale = 1.f;  // P in shared memory: x 2^100 where PV reads bf16 V x 2^-120
 using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
@@ -122,6 +123,7 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0) && kRawBf16V),
               "fp8 block scales apart");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
+static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
@@ -278,7 +280,6 @@ __device__ __forceinline__ void producer_loop8(const LoadRing& ring, unsigned ch
 }
 
 
-
 // ---- consumer phases ---------------------------------------------------------------------------
 // The consumer warp (rg, cg) owns query rows rg*16.. and keys cg*kKeysPerWarp.. of each tile (QK),
 // and V columns cg*kColsPerWarp.. (PV). Each thread holds two rows (g and g+8 of its row group).
@@ -409,8 +410,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWarp / 8][4], 
     st.l[0] += p0 + p1;
     st.l[1] += p2 + p3;
     const int col = st.cg * kKeysPerWarp + i * 8 + 2 * st.tq;
-    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) = MmaPV::pack(p0, p1);
-    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) = MmaPV::pack(p2, p3);
+    *reinterpret_cast<u32*>(p_smem + st.row[0] * kPStride + col * 2) =
+        MmaPV::pack(p0 * kPStoreScale, p1 * kPStoreScale);
+    *reinterpret_cast<u32*>(p_smem + st.row[1] * kPStride + col * 2) =
+        MmaPV::pack(p2 * kPStoreScale, p3 * kPStoreScale);
   }
 }
 
@@ -431,8 +434,20 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 constexpr int kQFrags = kDqk / 16;
 constexpr bool kQInRegisters = kDqk <= 128;  // D = 256: 64 more registers would spill; read per step
 
-// QK phase: S for this warp's keys from Q's k-permuted fragments (registers, or read per k step)
-// and the fp8 K tile; even and odd k steps accumulate apart (two independent mma chains), then add.
+// One k16 step of S[16 x this warp's keys] += Q K^T: Q's k-permuted fragment (registers, or read
+// from shared memory), K^T straight from the fp8 tile.
+__device__ __forceinline__ void qk_step_e4m3(float (&acc)[kKeysPerWarp / 8][4],
+                                             const FragA (&qp)[kQInRegisters ? kQFrags : 1],
+                                             const unsigned char* q_smem, int row0, const unsigned char* stage,
+                                             int key0, int ks) {
+  const FragA a = kQInRegisters ? qp[kQInRegisters ? ks : 0] : tile::load_a_k4(q_smem, kQStride, row0, 16 * ks);
+#pragma unroll
+  for (int i = 0; i < kKeysPerWarp / 8; ++i)
+    tile::qk_mma<TM>(acc[i], a, tile::load_kt8_e4m3<kKV8Stride, kFp8Swizzle>(stage, key0 + 8 * i, 16 * ks));
+}
+
+// QK phase: S for this warp's keys; even and odd k steps (block scales: even and odd scale blocks)
+// accumulate apart (two independent mma chains), then add.
 __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
                                              const FragA (&qp)[kQInRegisters ? kQFrags : 1],
                                              const unsigned char* q_smem, int row0, const unsigned char* stage,
@@ -443,17 +458,20 @@ __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
 #pragma unroll
-  for (int ks = 0; ks < kQFrags; ++ks) {
-    const FragA a = kQInRegisters ? qp[kQInRegisters ? ks : 0] : tile::load_a_k4(q_smem, kQStride, row0, 16 * ks);
-#pragma unroll
-    for (int i = 0; i < kKeysPerWarp / 8; ++i)
-      tile::qk_mma<TM>(ks % 2 ? s_odd[i] : s[i], a,
-                       tile::load_kt8_e4m3<kKV8Stride, kFp8Swizzle>(stage, key0 + 8 * i, 16 * ks));
-  }
+  for (int ks = 0; ks < kQFrags; ++ks) qk_step_e4m3(ks % 2 ? s_odd : s, qp, q_smem, row0, stage, key0, ks);
 #pragma unroll
   for (int i = 0; i < kKeysPerWarp / 8; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[i][e] += s_odd[i][e];
+}
+
+// O[32 columns from c0] += P V for keys k0..k0+15: four n8 tiles from one set of fp8 loads.
+__device__ __forceinline__ void pv_cols32_e4m3(float (*o)[4], const FragA& p, const unsigned char* stage, int k0,
+                                               int c0) {
+  u32 b[4][2];
+  tile::load_v32_e4m3<kKV8Stride, kFp8Swizzle, TPV>(b, stage + kVOffset, k0, c0);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) MmaPV::mma(o[j], p.r, b[j][0], b[j][1]);
 }
 
 // PV phase: O += P V over this warp's V columns, 32 at a time (four n8 tiles per fp8 load).
@@ -463,12 +481,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], co
   for (int k0 = 0; k0 < kBN; k0 += 16) {
     const FragA p = tile::load_a_k4(p_smem, kPStride, st.rg * 16, k0);
 #pragma unroll
-    for (int c = 0; c < kColsPerWarp; c += 32) {
-      u32 b[4][2];
-      tile::load_v32_e4m3<kKV8Stride, kFp8Swizzle, TPV>(b, stage + kVOffset, k0, st.cg * kColsPerWarp + c);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) MmaPV::mma(o[c / 8 + j], p.r, b[j][0], b[j][1]);
-    }
+    for (int c = 0; c < kColsPerWarp; c += 32) pv_cols32_e4m3(o + c / 8, p, stage, k0, st.cg * kColsPerWarp + c);
   }
 }
 
