@@ -3,8 +3,9 @@ same run. Prints a markdown table (and writes it with --write PATH).
 
     python bench/bench.py [--write bench/RESULTS.md] [--quick] [--no-flashinfer]
 
-Time per call = median over CUDA-graph replays (CUDA-event timed, after warm-up) of a graph that
-makes one call per KV copy; the copies rotate so the KV read exceeds the L2 several times. Decode
+Time per call = median over CUDA-graph replays (CUDA-event timed, after at least 50 ms of warm-up
+replays) of a graph that makes one call per KV copy; kvforge, its sm80 backend and FlashInfer are
+captured together and timed in rounds whose order rotates (median over rounds); the copies rotate so the KV read exceeds the L2 several times. Decode
 steps run as graphs in serving engines; the eager column shows kvforge's time per call without a
 graph (Python overhead included). Bytes and FLOPs use FlashMLA's conventions.
 """
@@ -24,9 +25,18 @@ from kvforge.runtime.decode import select_config
 L2_BYTES = 60 << 20
 
 
-def median_ms(fn, iters: int = 40, warmup: int = 8) -> float:
-    for _ in range(warmup):
+WARM_MS = 50.0  # replays before timing last at least this long: clocks ramp up after a compile's idle gap
+
+
+def median_ms(fn, iters: int = 40, warmup: int = 8, warm_ms: float = WARM_MS) -> float:
+    """Median CUDA-event time of `fn` over `iters` calls, after at least `warmup` calls and
+    `warm_ms` milliseconds of calls (a GPU idle during a compile runs its first calls slower)."""
+    t0, n = time.perf_counter(), 0
+    while n < warmup or (time.perf_counter() - t0) * 1e3 < warm_ms:
         fn()
+        n += 1
+        if n % 4 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
@@ -39,9 +49,10 @@ def median_ms(fn, iters: int = 40, warmup: int = 8) -> float:
     return statistics.median(times)
 
 
-def graph_ms(calls, replays: int = 20) -> float:
-    """Median time per call of `calls` (zero-argument callables) captured into one CUDA graph."""
-    for c in calls:  # warm-up: compile, load, plan outside the capture
+def capture(calls) -> "torch.cuda.CUDAGraph":
+    """One CUDA graph making each of `calls` (zero-argument callables) once; each runs eagerly
+    first (compile, load, plan outside the capture)."""
+    for c in calls:
         c()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -52,7 +63,27 @@ def graph_ms(calls, replays: int = 20) -> float:
             for c in calls:
                 c()
     torch.cuda.synchronize()
-    return median_ms(g.replay, iters=replays, warmup=3) / len(calls)
+    return g
+
+
+def graph_ms(calls, replays: int = 20) -> float:
+    """Median time per call of `calls` (zero-argument callables) captured into one CUDA graph."""
+    return median_ms(capture(calls).replay, iters=replays, warmup=3) / len(calls)
+
+
+def interleaved_ms(variants: dict, replays: int = 20, rounds: int = 3) -> dict:
+    """{name: ms per call} for {name: calls}: every variant captured first, then timed once per
+    round with the order rotating each round (no variant always first after an idle gap or
+    always after a given neighbour); the median over rounds."""
+    graphs = {name: (capture(calls), len(calls)) for name, calls in variants.items()}
+    names = list(graphs)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in (order if r % 2 == 0 else order[::-1]):
+            g, n = graphs[name]
+            times[name].append(median_ms(g.replay, iters=replays, warmup=3) / n)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def ceilings() -> dict:
@@ -178,12 +209,9 @@ def config_ab(variants, names: tuple[str, str], headers: tuple[str, str], rounds
             continue
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
         q, kv, bt, lens = make_inputs(sh, copies)
-        times = {a: [], b: []}
-        for r in range(rounds):
-            for name in ((a, b) if r % 2 == 0 else (b, a)):
-                times[name].append(graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens, cfgs[name])
-                                             for i in range(copies)], 20))
-        ta, tb = statistics.median(times[a]), statistics.median(times[b])
+        got = interleaved_ms({name: [lambda i=i, c=cfgs[name]: run_kvforge(sh, q, *kv[i], bt, lens, c)
+                                     for i in range(copies)] for name in (a, b)}, 20, rounds)
+        ta, tb = got[a], got[b]
         print(f"| {sh.label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |", flush=True)
         del q, kv
         torch.cuda.empty_cache()
@@ -206,6 +234,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer timed iterations")
     args = ap.parse_args()
     iters = 10 if args.quick else 40
+    rounds = 2 if args.quick else 3
     ceil = ceilings()
     fi_note = ""
     if not args.no_flashinfer:
@@ -219,13 +248,23 @@ def main() -> int:
         kv_bytes = sh.bytes()
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes)))
         q, kv, bt, lens = make_inputs(sh, copies)
-        ours = graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)], iters)
+        calls = {"ours": [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)]}
         base_cfg = sm80_config(sh)
-        if select_config(sh.family, "bf16", sh.page, sh.hq // sh.hkv, sh.d, sh.s_q, 0) == base_cfg:
-            sm80_ms = ours
-        else:
-            sm80_ms = graph_ms([lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens, base_cfg) for i in range(copies)],
-                               iters)
+        same = select_config(sh.family, "bf16", sh.page, sh.hq // sh.hkv, sh.d, sh.s_q, 0) == base_cfg
+        if not same:
+            calls["sm80"] = [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens, base_cfg) for i in range(copies)]
+        fi = None
+        if not args.no_flashinfer:
+            try:
+                fi = flashinfer_runner(sh, q, kv, bt, lens)
+                fi(0)
+                capture([lambda: fi(0)])
+                calls["flashinfer"] = [lambda i=i: fi(i) for i in range(copies)]
+            except Exception as e:  # noqa: BLE001 - reported in the table's notes, timed eagerly below if it runs
+                fi_note += f"\n- {sh.label}: FlashInfer not graph-captured: {type(e).__name__}: {str(e)[:200]}"
+        timed = interleaved_ms(calls, iters, rounds)
+        ours = timed["ours"]
+        sm80_ms = ours if same else timed["sm80"]
         it = iter(range(10**9))
         eager = median_ms(lambda: run_kvforge(sh, q, *kv[next(it) % copies], bt, lens), iters)
         ref = run_torch(sh, q, *kv[0], bt, lens)
@@ -237,16 +276,11 @@ def main() -> int:
         except torch.OutOfMemoryError:
             torch_ms = float("nan")
         torch.cuda.empty_cache()
-        fi_ms = float("nan")
-        if not args.no_flashinfer:
+        fi_ms = timed.get("flashinfer", float("nan"))
+        if fi is not None and "flashinfer" not in timed:
             try:
-                fi = flashinfer_runner(sh, q, kv, bt, lens)
-                try:
-                    fi_ms = graph_ms([lambda i=i: fi(i) for i in range(copies)], iters)
-                except Exception:  # noqa: BLE001 - fall back to eager timing when capture is refused
-                    it3 = iter(range(10**9))
-                    fi_ms = median_ms(lambda: fi(next(it3) % copies), iters)
-                    fi_note += f"\n- {sh.label}: FlashInfer timed eagerly (graph capture failed)"
+                it3 = iter(range(10**9))
+                fi_ms = median_ms(lambda: fi(next(it3) % copies), iters)
             except Exception as e:  # noqa: BLE001
                 fi_note += f"\n- {sh.label}: FlashInfer failed: {type(e).__name__}: {str(e)[:200]}"
         gbs = kv_bytes / ours / 1e6

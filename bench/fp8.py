@@ -1,10 +1,11 @@
 """FP8 KV benchmark: each fp8 layout against kvforge's own 16-bit call on the same shape and
 against FlashInfer's FP8 decode, in one run with the read ceiling measured.
 
-    python bench/fp8.py [--write PATH] [--quick] [--no-flashinfer]
+    python bench/fp8.py [--write PATH] [--quick] [--no-flashinfer] [--only mla|gqa]
 
 Same method as bench/bench.py (CUDA-graph replays of one call per KV copy, copies rotating past
-the L2, median of CUDA-event timings after warm-up). Bytes per token: 576 (MLA) or 2 * Hkv * D
+the L2, median of CUDA-event timings after warm-up; every variant of a shape, the 16-bit call and
+FlashInfer captured together and timed in rounds of rotating order). Bytes per token: 576 (MLA) or 2 * Hkv * D
 (GQA) for per-tensor fp8, plus 4 bytes per block scale, 656 for fp8_ds_mla. "target" is the
 issue's bar: 0.9 x (16-bit bytes / fp8 bytes) as a speed-up over kvforge's 16-bit call.
 """
@@ -18,7 +19,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import kvforge  # noqa: E402
-from bench import L2_BYTES, Shape, ceilings, graph_ms, make_inputs  # noqa: E402
+from bench import L2_BYTES, Shape, ceilings, interleaved_ms, make_inputs  # noqa: E402
 
 LAYOUTS = (("per_tensor", None), ("block", 64), ("block", 128), ("fp8_ds_mla", None))
 SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
@@ -106,58 +107,66 @@ def main() -> int:
     ap.add_argument("--write")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--only", choices=("mla", "gqa"), help="one family's shapes")
     args = ap.parse_args()
     iters = 10 if args.quick else 30
+    rounds = 2 if args.quick else 3
     ceil = ceilings()
     notes = []
     rows = []
     for sh in SHAPES:
+        if args.only and not sh.family.startswith(args.only):
+            continue
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes(sh, "per_tensor", None))))
         q, kv, bt, lens = make_inputs(sh, copies)
-        base = graph_ms([lambda i=i: (kvforge.mla_decode(q, kv[i][0], bt, lens) if sh.family == "mla_decode"
-                                      else kvforge.gqa_decode(q, kv[i][0], kv[i][1], bt, lens)) for i in range(copies)],
-                        iters)
+        calls = {"bf16": [lambda i=i: (kvforge.mla_decode(q, kv[i][0], bt, lens) if sh.family == "mla_decode"
+                                       else kvforge.gqa_decode(q, kv[i][0], kv[i][1], bt, lens)) for i in range(copies)]}
         b16 = kv_bytes(sh, None, None)
-        rows.append((sh.label, "bf16", base, b16 / base / 1e6, 1.0, 1.0, float("nan"), float("nan"), float("nan")))
+        specs = []  # (key, row name, bytes, FlashInfer key or None)
         for layout, block in LAYOUTS:
             if layout == "fp8_ds_mla" and sh.family != "mla_decode":
                 continue
             if layout == "block" and sh.family == "mla_decode" and block == 64 and sh.hq > 16:
                 continue
             qkv = quantized(sh, kv, layout, block)
-            ms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens) for i in range(copies)], iters)
             nbytes = kv_bytes(sh, layout, block)
-            target = 0.9 * b16 / nbytes
-            fi_ms = float("nan")
-            if layout == "per_tensor" and not args.no_flashinfer:
-                try:
-                    fi = flashinfer_fp8(sh, q, qkv, bt, lens)
-                    fi_ms = graph_ms([lambda i=i: fi(i) for i in range(copies)], iters)
-                except Exception as e:  # noqa: BLE001
-                    notes.append(f"- {sh.label}: FlashInfer FP8 failed: {type(e).__name__}: {str(e)[:160]}")
             name = layout if block is None else f"{layout} {block}"
             chosen_cfg = backend_config(sh, layout, block, None)
             chosen = chosen_cfg.backend
-            name = f"{name} ({chosen}{', ' + chosen_cfg.fp8_convert if chosen == 'sm80' else ''})"
-            rows.append((sh.label, name, ms, nbytes / ms / 1e6, base / ms, target, fi_ms, fi_ms / ms, nbytes))
+            key = f"{name} ({chosen}{', ' + chosen_cfg.fp8_convert if chosen == 'sm80' else ''})"
+            fi_key = None
+            if layout == "per_tensor" and not args.no_flashinfer:
+                try:
+                    fi = flashinfer_fp8(sh, q, qkv, bt, lens)
+                    fi(0)
+                    calls["flashinfer"] = [lambda i=i, fi=fi: fi(i) for i in range(copies)]
+                    fi_key = "flashinfer"
+                except Exception as e:  # noqa: BLE001
+                    notes.append(f"- {sh.label}: FlashInfer FP8 failed: {type(e).__name__}: {str(e)[:160]}")
+            calls[key] = [lambda i=i, e=qkv: run_fp8(sh, q, e[i], bt, lens) for i in range(copies)]
+            specs.append((key, key, nbytes, fi_key))
             if sh.family == "mla_decode" and sh.hq * sh.s_q > 16:  # the other backend on the same inputs
                 other = "sm80" if chosen == "sm90" else "sm90"
                 cfg = backend_config(sh, layout, block, other)
-                oms = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, cfg) for i in range(copies)], iters)
-                rows.append((sh.label, f"{name.rsplit(' (', 1)[0]} ({other}, A/B)", oms, nbytes / oms / 1e6,
-                             base / oms, target, fi_ms, fi_ms / oms, nbytes))
-            if sh.family == "gqa_decode":  # the other dequantization path on the same inputs
-                cfg = backend_config(sh, layout, block, None)
-                other = "ring" if cfg.fp8_convert == "registers" else "registers"
-                alt = convert_path_config(sh, layout, block, other)
-                ams = graph_ms([lambda i=i: run_fp8(sh, q, qkv[i], bt, lens, alt) for i in range(copies)], iters)
-                rows.append((sh.label, f"{name.rsplit(' (', 1)[0]} (sm80, {other}, A/B)", ams, nbytes / ams / 1e6,
-                             base / ams, target, fi_ms, fi_ms / ams, nbytes))
+                akey = f"{name} ({other}, A/B)"
+            elif sh.family == "gqa_decode":  # the other dequantization path on the same inputs
+                other = "ring" if chosen_cfg.fp8_convert == "registers" else "registers"
+                cfg = convert_path_config(sh, layout, block, other)
+                akey = f"{name} (sm80, {other}, A/B)"
+            else:
+                continue
+            calls[akey] = [lambda i=i, e=qkv, c=cfg: run_fp8(sh, q, e[i], bt, lens, c) for i in range(copies)]
+            specs.append((akey, akey, nbytes, fi_key))
+        timed = interleaved_ms(calls, iters, rounds)
+        base = timed["bf16"]
+        rows.append((sh.label, "bf16", base, b16 / base / 1e6, 1.0, 1.0, float("nan"), float("nan"), float("nan")))
+        for key, name, nbytes, fi_key in specs:
+            ms, fi_ms = timed[key], timed[fi_key] if fi_key else float("nan")
+            target = 0.9 * b16 / nbytes
+            rows.append((sh.label, name, ms, nbytes / ms / 1e6, base / ms, target, fi_ms, fi_ms / ms, nbytes))
             print(f"{sh.label} {name}: {ms:.3f} ms ({base / ms:.2f}x bf16, target {target:.2f}x), "
                   f"FlashInfer fp8 {fi_ms:.3f}", file=sys.stderr, flush=True)
-            del qkv
-            torch.cuda.empty_cache()
-        del q, kv
+        del q, kv, calls
         torch.cuda.empty_cache()
     lines = [f"Device: {torch.cuda.get_device_name()}. Streaming-read ceiling in this run: {ceil['read']:.0f} GB/s.",
              "", "| shape | KV | kvforge ms | GB/s | of read ceiling | speed-up over kvforge 16-bit | target "

@@ -133,8 +133,9 @@ def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
     """The main kernel (split-KV planned inside it from cache_seqlens) and the combine kernel.
     fp8 main kernels take the caches as bytes and four more arguments: `k_scale`/`v_scale` (the
     block-scale tensors, or a 1-element device scale per tensor, or null: then `k_scale_value`/
-    `v_scale_value`). sm90 main kernels of 16-bit caches take one more argument last: `kv_map`, the
-    KV cache's TMA tensor map (fp8 tiles are bulk-copied from `k_cache`)."""
+    `v_scale_value`). Main kernels loading tiles by TMA take their tensor maps last
+    (`DecodeConfig.tensor_maps`): sm90 MLA of 16-bit caches `kv_map` (fp8 tiles are bulk-copied
+    from `k_cache`), sm80-kernel GQA with kv_load='tma' `k_map` and `v_map`."""
     t = HIP_ELEMENT_C_TYPE if cfg.backend == "cdna" else C_TYPES[cfg.q_dtype]
     kv_t = FP8_CACHE_CTYPE if cfg.is_fp8 else t
     scales = FP8_SCALE_ARGS if cfg.is_fp8 else ()
@@ -147,7 +148,7 @@ def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
               "const int* seqlens", f"{t}* out", "float* lse", "float* part_o", "float* part_lse", "int* error_word",
               "int s_q", "int num_q_heads", "int num_kv_heads", "int num_pages", "int max_pages", "int num_splits",
               "float scale_log2", "int causal", *scales,
-              *((f"{TENSOR_MAP_CTYPE} kv_map",) if cfg.backend == "sm90" and not cfg.is_fp8 else ())))
+              *(f"{TENSOR_MAP_CTYPE} {arg}" for arg, _, _ in cfg.tensor_maps())))
     combine = KernelContract(
         "combine", f"{name}_combine", (GridDim("num_q_heads"), GridDim("s_q"), GridDim("batch")),
         (combine_threads(cfg), 1, 1), 0,

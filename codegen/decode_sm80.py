@@ -15,7 +15,9 @@ from .smem import SmemLayout, SmemLayoutBuilder
 
 MMA_M = 16
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
-BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk with mbarrier complete_tx
+BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk (and .tensor: TMA) with mbarrier complete_tx
+TMA_BOX_COLS = 64  # 16-bit columns per 128-byte swizzle row: a TMA box's inner extent
+SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: swizzled tiles start on this boundary
 FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
 
@@ -55,9 +57,11 @@ class Sm80DecodeConfig(DecodeConfig):
     fp8_v_convert: Literal["cvt", "bits"] | None = Field(
         default=None, description="fp8 register path: V to the PV input by the conversion unit (cvt.rn.f16x2.e4m3x2, "
         "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales, else cvt")
-    kv_load: Literal["cp_async", "bulk"] = Field(
-        default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, or one "
-        "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer)")
+    kv_load: Literal["cp_async", "bulk", "tma"] = Field(
+        default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, one "
+        "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer), or (GQA, "
+        "16-bit) TMA boxes of page rows x 64 columns through tensor maps over the caches into 128-byte-swizzled "
+        "tiles, one producer warp (sm_90 and newer)")
 
     @model_validator(mode="before")
     @classmethod
@@ -97,12 +101,16 @@ class Sm80DecodeConfig(DecodeConfig):
         elif self.convert is not None:
             raise ValueError(f"{where}.convert: the load-and-convert ring is for kv_dtype='fp8_e4m3' only; "
                              f"remove it for kv_dtype={self.kv_dtype!r}")
-        if self.kv_load == "bulk":
+        if self.kv_load in ("bulk", "tma"):
+            what = "cp.async.bulk" if self.kv_load == "bulk" else "TMA (cp.async.bulk.tensor)"
             if self.arch not in BULK_ARCHS:
-                raise ValueError(f"{where}.kv_load='bulk': cp.async.bulk exists on {', '.join(BULK_ARCHS)}; "
+                raise ValueError(f"{where}.kv_load={self.kv_load!r}: {what} exists on {', '.join(BULK_ARCHS)}; "
                                  f"{self.arch} has none (use 'cp_async')")
             if self.is_fp8:
-                raise ValueError(f"{where}.kv_load='bulk': the fp8 load ring is filled by cp.async; use 'cp_async'")
+                raise ValueError(f"{where}.kv_load={self.kv_load!r}: the fp8 tiles are filled by cp.async; use "
+                                 "'cp_async'")
+        if self.kv_load == "tma":
+            self._validate_tma(where)
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
             raise ValueError(f"{where}.pipeline: the sm80 kernel uses 1, 2, 4 or 8 cp.async producer warps and "
                              f"num_qk_stages=1; got num_producer={p.num_producer}, num_qk_stages={p.num_qk_stages}")
@@ -123,6 +131,17 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.head_dim_v % (16 * cg):
             raise ValueError(f"{where}.pipeline.num_consumer={p.num_consumer}: {cg} column groups must split "
                              f"head_dim_v={self.head_dim_v} into multiples of 16")
+
+    def _validate_tma(self, where: str) -> None:
+        if self.family != "gqa_decode":
+            raise ValueError(f"{where}.kv_load='tma': implemented for gqa_decode (MLA's TMA kernel is backend "
+                             "'sm90'); use 'cp_async'")
+        if self.head_dim_qk % TMA_BOX_COLS:
+            raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: kv_load='tma' loads boxes of "
+                             f"{TMA_BOX_COLS} columns; use a multiple of {TMA_BOX_COLS} or kv_load='cp_async'")
+        if self.pipeline.num_producer != 1:
+            raise ValueError(f"{where}.pipeline.num_producer={self.pipeline.num_producer}: kv_load='tma' has one "
+                             "producer warp (lane 0 issues the boxes); use 1")
 
     def _validate_fp8_registers(self, where: str) -> None:
         if self.family == "mla_decode" and self.scale_mode != "per_tensor":
@@ -207,11 +226,19 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.block_n * 2 + (2 * ROW_PAD if self.fp8_registers else ROW_PAD)
 
     @property
+    def kv_tile_bytes(self) -> int:
+        """One 16-bit K (or V) tile in the MMA ring: padded rows, or (kv_load='tma') dense
+        128-byte-swizzled ones."""
+        if self.kv_load == "tma":
+            return self.block_n * self.head_dim_qk * 2
+        return self.block_n * self.kv_row_stride
+
+    @property
     def v_offset_in_stage(self) -> int:
         """MLA's V is the first 512 columns of the K rows; GQA's V tile follows the K tile."""
         if self.fp8_registers:
             return self.kv8_v_offset
-        return 0 if self.family == "mla_decode" else self.block_n * self.kv_row_stride
+        return 0 if self.family == "mla_decode" else self.kv_tile_bytes
 
     @property
     def stage_bytes(self) -> int:
@@ -219,7 +246,24 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.fp8_registers:
             return self.kv8_stage_bytes
         tiles = 1 if self.family == "mla_decode" else 2
-        return tiles * self.block_n * self.kv_row_stride
+        return tiles * self.kv_tile_bytes
+
+    @property
+    def tma_box_rows(self) -> int:
+        """kv_load='tma': rows per box, a whole page or the tile's share of one (block_n and page_size
+        are powers of two, so one divides the other; boxes never straddle a page)."""
+        return min(self.page_size, self.block_n)
+
+    def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
+        """kv_load='tma': tensor maps over the K and the V cache, each seen as [num_pages][page_size]
+        [num_kv_heads * head_dim] (a box: box_rows rows of one page x 64 columns of one KV head)."""
+        if self.kv_load != "tma":
+            return ()
+        row_bytes = self.head_dim_qk * 2
+        geometry = {"dtype": self.kv_dtype, "row_elems": self.head_dim_qk, "page_size": self.page_size,
+                    "row_bytes": row_bytes, "page_bytes": row_bytes * self.page_size, "box_cols": TMA_BOX_COLS,
+                    "box_rows": self.tma_box_rows, "per_kv_head": True}
+        return (("k_map", "k_cache", geometry), ("v_map", "v_cache", geometry))
 
     @property
     def full_arrivals(self) -> int:
@@ -332,7 +376,8 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.convert is not None:
             b.add("load_barriers", self.convert.barrier_bytes, align=MBARRIER_BYTES)
         b.add("q", self.q_rows * self.q_row_stride)
-        b.add("kv_stages", p.num_kv_stages * self.stage_bytes)
+        b.add("kv_stages", p.num_kv_stages * self.stage_bytes,
+              align=SWIZZLE_ATOM_BYTES if self.kv_load == "tma" else 128)
         if self.convert is not None:
             b.add("kv8_stages", self.convert.num_load_stages * self.kv8_stage_bytes)
         b.add("p_tile", self.q_rows * self.p_row_stride)
@@ -342,6 +387,8 @@ class Sm80DecodeConfig(DecodeConfig):
         # depth-split QK: each warp's fp32 partial S [q_rows][block_n] (rows padded by 16 B)
         b.add("s_part", self.col_groups * self.q_rows * self.s_part_stride * 4 if self.qk_depth_split else 0,
               align=16)
+        if self.kv_load == "tma":  # the kernel rounds the dynamic shared-memory base up to 1024 B
+            b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()
 
     @property
@@ -367,7 +414,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         return (self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
-                + (["bulk"] if self.kv_load == "bulk" else []) + (["rcv"] if self.fp8_registers else [])
+                + ([self.kv_load] if self.kv_load != "cp_async" else []) + (["rcv"] if self.fp8_registers else [])
                 + ([f"v{self.fp8_v_convert}"] if self.fp8_v_convert else []))
 
     def legacy_backend_name_fields(self) -> list[str]:

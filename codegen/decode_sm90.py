@@ -174,7 +174,10 @@ class Sm90DecodeConfig(DecodeConfig):
         row_bytes = self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
         return {"dtype": self.kv_dtype, "row_elems": self.head_dim_qk, "page_size": self.page_size,
                 "row_bytes": row_bytes, "page_bytes": row_bytes * self.page_size, "box_cols": SWIZZLE_COLS,
-                "box_rows": self.box_rows}
+                "box_rows": self.box_rows, "per_kv_head": False}
+
+    def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
+        return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 else ()
 
     @property
     def full_arrivals(self) -> int:

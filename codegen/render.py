@@ -68,21 +68,22 @@ WORKSPACE_HEADER_BYTES = 256  # the C launchers' workspace: the error record, th
 TMA_DATA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
 
 
-def kv_map_encoding(cfg) -> dict:
-    """What a C launcher passes to cuTensorMapEncodeTiled for a main kernel's `kv_map`: the
-    config's `kv_map` geometry (the one the runtime encodes) with the driver's data-type name."""
-    return {**cfg.kv_map, "data_type": TMA_DATA_TYPES[cfg.kv_map["dtype"]]}
+def tensor_map_encodings(cfg) -> list[dict]:
+    """What a C launcher passes to cuTensorMapEncodeTiled for each of a main kernel's tensor maps
+    (`DecodeConfig.tensor_maps`: the geometry the runtime encodes) with the argument's name, the
+    cache it maps and the driver's data-type name."""
+    return [{**geometry, "arg": arg, "cache": cache, "data_type": TMA_DATA_TYPES[geometry["dtype"]]}
+            for arg, cache, geometry in cfg.tensor_maps()]
 
 
 def render_launch_header(family: str, variants: list[Variant]) -> str:
     """The C host launcher header of one decode family over the given variants. A variant whose
-    main kernel takes `kv_map` (sm90) gets its tensor map encoded by its launcher."""
+    main kernel takes tensor maps (TMA loads) gets them encoded by its launcher."""
     from . import policy
 
     tpl = environment().get_template("cuda/decode_launch.h.j2")
     digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
-    kv_maps = {v.name: kv_map_encoding(v.config) for v in variants
-               if any(a.name == "kv_map" for a in v.contracts["main"].args)}
+    kv_maps = {v.name: maps for v in variants if (maps := tensor_map_encodings(v.config))}
     text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, kv_maps=kv_maps,
                       workspace_header_bytes=WORKSPACE_HEADER_BYTES, log2e=repr(policy.LOG2E),
                       error_ints=policy.ERROR_RECORD_INTS, err_seqlen=policy.ERR_SEQLEN, err_page=policy.ERR_PAGE)

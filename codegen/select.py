@@ -76,18 +76,19 @@ def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
     return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
 
 
-def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, register_tile: tuple | None = None):
+def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, preferred_tile: tuple | None = None):
     """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
     ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV
-    dequantized in registers (`register_tile`: the measured (block_n, stages, producers, column
-    groups), or () without one): that tile's ring first, then deep rings, no convert warps. fp8 KV
+    dequantized in registers, and 16-bit KV loaded by TMA (`preferred_tile`: the measured (block_n,
+    stages, producers, column groups), or () without one): that tile's ring first, then deep rings,
+    no convert warps. fp8 KV
     through the convert warps: the bytes in flight sit in the fp8 load ring, so it goes deep and the
     16-bit MMA ring stays short; GQA (two CTAs per SM) takes two producer warps and six convert warps
     (bench/fp8_tune.py: the convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2),
     four at D = 256, whose consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
-    if register_tile is not None:  # the MMA ring holds fp8 tiles: no convert warps
-        if register_tile:
-            _, stages, producers, _ = register_tile
+    if preferred_tile is not None:  # the MMA ring holds fp8 tiles: no convert warps
+        if preferred_tile:
+            _, stages, producers, _ = preferred_tile
             yield {"num_kv_stages": stages, "num_producer": producers}, None
         for stages in FP8_REGISTER_STAGES:
             for producers in FP8_REGISTER_PRODUCERS:
@@ -107,15 +108,24 @@ def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, register_tile: t
                        {"num_load_stages": load_stages, "num_convert": convert})
 
 
-# GQA head dims from which 16-bit KV is loaded by cp.async.bulk (one copy per K/V row) on sm_90:
-# measured 1-4% faster than 16-byte cp.async at D = 128 and 256, 24% slower at D = 64 (128-byte
-# rows); bench/RESULTS.md, "Bulk-copy producers".
+# How the sm80 kernel's producers fill 16-bit GQA rings on sm_90 (measured on the H200,
+# bench/RESULTS.md "Bulk-copy producers" and "TMA producers"): D >= 128 by cp.async.bulk, one copy
+# per K/V row (1-4% faster than 16-byte cp.async; TMA boxes measured 1-5% slower there); D = 64 by
+# TMA boxes of page rows x 64 columns at four CTAs per SM (5% faster than cp.async, whose
+# 128-byte rows leave bulk copies issue-bound).
 BULK_MIN_HEAD_DIM = 128
+TMA_HEAD_DIMS = (64,)
+# kv_load='tma': the measured tile per head dim, (block_n, num_kv_stages, num_producer, column groups)
+TMA_TILES = {64: (64, 3, 1, 4)}
 
 
-def bulk_loads(family: str, arch: str, head_dim: int, fp8: bool) -> bool:
-    """Whether the sm80 kernel's producers fill the ring by cp.async.bulk for these shapes."""
-    return family == "gqa_decode" and arch == "sm_90" and not fp8 and head_dim >= BULK_MIN_HEAD_DIM
+def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool) -> str:
+    """How the sm80 kernel's producers fill the ring for these shapes: 'cp_async', 'bulk' or 'tma'."""
+    if family != "gqa_decode" or arch != "sm_90" or fp8:
+        return "cp_async"
+    if head_dim in TMA_HEAD_DIMS:
+        return "tma"
+    return "bulk" if head_dim >= BULK_MIN_HEAD_DIM else "cp_async"
 
 
 def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
@@ -132,23 +142,26 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
     explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
     registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q)
                          ) == "registers"
-    register_tile = None
+    preferred_tile = None
     if registers:
         base["fp8_convert"] = "registers"
         tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
-        register_tile = tiles.get(dqk, ())
-    if bulk_loads(family, arch, dqk, fp8):
-        base["kv_load"] = "bulk"
+        preferred_tile = tiles.get(dqk, ())
+    load = (explicit or {}).get("kv_load") or kv_load_choice(family, arch, dqk, fp8)
+    if load != "cp_async":
+        base["kv_load"] = load
+    if load == "tma" and not fp8:
+        preferred_tile = TMA_TILES.get(dqk, ())  # the measured tile first, then the usual search
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:
         tiles = _candidates(family, row_groups, dv)
-        if register_tile:
-            bn, _, _, cg = register_tile
+        if preferred_tile:
+            bn, _, _, cg = preferred_tile
             tiles = [(cg, bn)] + tiles
         for cg, bn in tiles:
             warps = row_groups * cg
-            for pipe, convert in _ring_candidates(fp8, family, dqk, register_tile):
+            for pipe, convert in _ring_candidates(fp8, family, dqk, preferred_tile):
                 data = {**base, "block_n": bn, "pipeline": {**pipe, "num_consumer": warps}}
                 if convert is not None:
                     data["convert"] = convert
@@ -222,13 +235,15 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 @lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None, scale_mode: str = "none",
-                         scale_block_size: int | None = None, fp8_convert: str | None = None) -> DecodeConfig:
+                         scale_block_size: int | None = None, fp8_convert: str | None = None,
+                         kv_load: str | None = None) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
     (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
     'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
     `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
-    `fp8_convert_path`).
+    `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
+    fill the ring (default: `kv_load_choice`).
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
@@ -249,7 +264,10 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         hpc, dims = heads, (head_dim, head_dim)
     if fp8_convert not in (None, "ring", "registers"):
         raise ConfigError(f"fp8_convert={fp8_convert!r}: choose 'ring' or 'registers'")
-    explicit = {"fp8_convert": fp8_convert} if fp8_convert and kv else None
+    if kv_load not in (None, "cp_async", "bulk", "tma"):
+        raise ConfigError(f"kv_load={kv_load!r}: choose 'cp_async', 'bulk' or 'tma'")
+    explicit = {**({"fp8_convert": fp8_convert} if fp8_convert and kv else {}),
+                **({"kv_load": kv_load} if kv_load else {})} or None
     cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, explicit, kv)
     if cfg is None:
         kv_text = f", an fp8 cache ({scale_mode})" if kv else ""

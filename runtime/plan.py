@@ -76,15 +76,13 @@ class DecodePlan:
         self._main_slots = [m.slots[m.index[n]] for n in CALL_ARGS]
         self._comb_slots = [c.slots[c.index[n]] for n in COMBINE_ARGS]
         self.head_dim_v = cfg.head_dim_v
-        # sm90: the KV cache's TMA tensor map, the main kernel's last argument (re-encoded only
-        # when the cache pointer or page count changes)
-        self._kv_maps = self._map_slot = None
-        if "kv_map" in m.index:
-            from .tensor_map import PagedKVMaps
+        # TMA kernels: the caches' tensor maps, the main kernel's last arguments (re-encoded only
+        # when a cache pointer, the page count or the KV head count changes)
+        from .tensor_map import PagedKVMaps
 
-            self._kv_maps = PagedKVMaps(cfg.kv_map)
-            self._map_slot = m.slots[m.index["kv_map"]]
-            self._map_ptr = self._map_pages = None
+        self._tensor_maps = [(PagedKVMaps(geometry, cache), m.slots[m.index[arg]], 1 if cache == "k_cache" else 2)
+                             for arg, cache, geometry in cfg.tensor_maps()]
+        self._map_keys: list = [None] * len(self._tensor_maps)
         self._stream_workspaces: dict[tuple, object] = {}
         self._last_sizes = None
         # fp8: the scale arguments (k_scale, v_scale pointers, then their values)
@@ -162,9 +160,11 @@ class DecodePlan:
                                      "v_scale)")
                 for slot, val in zip(self._scale_slots, kv_scales):
                     slot.value = val
-            if self._kv_maps is not None and (k != self._map_ptr or num_pages != self._map_pages):
-                ctypes.memmove(self._map_slot, self._kv_maps.get(k, num_pages), 128)
-                self._map_ptr, self._map_pages = k, num_pages
+            for i, (maps, slot, which) in enumerate(self._tensor_maps):
+                key = (ptrs[which], num_pages, nkv)
+                if key != self._map_keys[i]:
+                    ctypes.memmove(slot, maps.get(*key), 128)
+                    self._map_keys[i] = key
             self.launcher.main.launch(main_grid, stream)
             if splits > 1:
                 c[0].value, c[1].value, c[2].value, c[3].value, c[4].value = part_o, part_lse, sl, out, lse

@@ -1,8 +1,9 @@
-"""TMA tensor maps for the sm90 kernels: the paged KV cache seen as a 3-D tensor
+"""TMA tensor maps for the kernels that load KV tiles by TMA: a paged cache seen as a 3-D tensor
 [num_pages][page_size][row] of 16-bit elements, 128-byte swizzle, with the geometry the config
-defines (`Sm90DecodeConfig.kv_map`, which the C launchers encode too). Encoded once per
-(pointer, page count) through cuTensorMapEncodeTiled and cached: engines pass the same cache
-tensor every step, so the hot path compares one key.
+defines (`DecodeConfig.tensor_maps`: the sm90 MLA kernel's `kv_map`, the GQA kernels' `k_map` and
+`v_map` whose rows hold every KV head; the C launchers encode the same). Encoded once per
+(pointer, page count, KV heads) through cuTensorMapEncodeTiled and cached: engines pass the same
+cache tensors every step, so the hot path compares one key.
 """
 from __future__ import annotations
 
@@ -31,42 +32,46 @@ def _enums():
     }
 
 
-def encode_paged_kv(ptr: int, num_pages: int, geometry: dict) -> bytes:
+def encode_paged_kv(ptr: int, num_pages: int, geometry: dict, num_kv_heads: int = 1, what: str = "kv_cache") -> bytes:
     """The 128 bytes of a CUtensorMap over a contiguous cache of `num_pages` pages at `ptr`, with
-    `geometry` = a config's `kv_map` (dtype, row_elems, page_size, row_bytes, page_bytes, box_cols,
-    box_rows)."""
+    `geometry` = one of a config's `tensor_maps` (dtype, row_elems, page_size, row_bytes,
+    page_bytes, box_cols, box_rows, per_kv_head: rows of num_kv_heads heads)."""
     from cuda.bindings import driver
 
     if ptr % 16:
-        raise TensorMapError(f"kv_cache: address {ptr:#x} is not 16-byte aligned (TMA needs it)")
+        raise TensorMapError(f"{what}: address {ptr:#x} is not 16-byte aligned (TMA needs it)")
     e, g = _enums(), geometry
-    dims = [driver.cuuint64_t(v) for v in (g["row_elems"], g["page_size"], num_pages)]
-    strides = [driver.cuuint64_t(v) for v in (g["row_bytes"], g["page_bytes"])]
+    heads = num_kv_heads if g.get("per_kv_head") else 1
+    dims = [driver.cuuint64_t(v) for v in (g["row_elems"] * heads, g["page_size"], num_pages)]
+    strides = [driver.cuuint64_t(v) for v in (g["row_bytes"] * heads, g["page_bytes"] * heads)]
     box = [driver.cuuint32_t(v) for v in (g["box_cols"], g["box_rows"], 1)]
     ones = [driver.cuuint32_t(1)] * 3
     err, tmap = driver.cuTensorMapEncodeTiled(e[g["dtype"]], 3, ptr, dims, strides, box, ones, e["interleave"],
                                               e["swizzle"], e["l2"], e["oob"])
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise TensorMapError(f"cuTensorMapEncodeTiled failed ({err.name}) for a kv_cache at {ptr:#x} of "
-                             f"{num_pages} pages x {g['page_size']} rows x {g['row_elems']} {g['dtype']} elements")
+        raise TensorMapError(f"cuTensorMapEncodeTiled failed ({err.name}) for a {what} at {ptr:#x} of "
+                             f"{num_pages} pages x {g['page_size']} rows x {g['row_elems'] * heads} {g['dtype']} "
+                             "elements")
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
 
 
 class PagedKVMaps:
-    """Encoded maps of one variant (its config's `kv_map` geometry), keyed by (pointer, pages)."""
+    """Encoded maps of one tensor-map argument of a variant (its geometry), keyed by (pointer,
+    pages, KV heads)."""
 
     MAX_ENTRIES = 64
 
-    def __init__(self, geometry: dict) -> None:
+    def __init__(self, geometry: dict, what: str = "kv_cache") -> None:
         self.geometry = geometry
-        self._maps: dict[tuple[int, int], bytes] = {}
+        self.what = what
+        self._maps: dict[tuple[int, int, int], bytes] = {}
         self._lock = threading.Lock()
 
-    def get(self, ptr: int, num_pages: int) -> bytes:
-        key = (ptr, num_pages)
+    def get(self, ptr: int, num_pages: int, num_kv_heads: int = 1) -> bytes:
+        key = (ptr, num_pages, num_kv_heads)
         hit = self._maps.get(key)
         if hit is None:
-            hit = encode_paged_kv(ptr, num_pages, self.geometry)
+            hit = encode_paged_kv(ptr, num_pages, self.geometry, num_kv_heads, self.what)
             with self._lock:
                 if len(self._maps) >= self.MAX_ENTRIES:
                     self._maps.clear()

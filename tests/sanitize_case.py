@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|poisoned_<family>|poisoned_mla_decode_sm90|
+    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|gqa_decode_tma|poisoned_<family>|poisoned_mla_decode_sm90|
                             fp8_<per_tensor|block|fp8_ds_mla>|selftest_<arrive|expect_tx>_<thread|warp>
 
 Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
@@ -42,6 +42,22 @@ def decode_case(family):
                            config=two_slot_ring(family, 16, 4, 128))
         case = make_case(family, batch=2, s_q=2, hq=8, hkv=1, d=64, page_size=64, lens=[700, 5], seed=2)
         kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True)
+
+
+def gqa_tma_case():
+    """GQA with kv_load='tma' (sm_90): a 2-slot ring, boxes of whole 16-row pages with a split
+    sequence and partial last tiles; then D 64 on 128-row pages (half-page boxes), s_q 2 causal."""
+    for page_size, group, d, s_q, lens in ((16, 4, 128, 1, [1500, 40, 1]), (128, 4, 64, 2, [700, 5])):
+        cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d,
+                                   s_q=s_q, backend="sm80", kv_load="tma")
+        data = cfg.model_dump(mode="json")
+        data["pipeline"]["num_kv_stages"] = 2
+        case = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=2 * group, hkv=2, d=d, page_size=page_size,
+                         lens=lens, seed=d)
+        out, _ = kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1,
+                                    config=build(DecodeConfig, data))
+        torch.cuda.synchronize()
+        assert not bool(torch.isnan(out).any())
 
 
 def sm90_case():
@@ -132,6 +148,8 @@ elif what.startswith("fp8_"):
     fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":
     sm90_case()
+elif what == "gqa_decode_tma":
+    gqa_tma_case()
 elif what == "poisoned_mla_decode_sm90":
     poisoned_case("mla_decode", heads=64)
 elif what.startswith("poisoned_"):

@@ -134,23 +134,47 @@ def test_gqa_page_sizes_and_dtypes(page_size, dtype):
     _check("gqa_decode", case, out, lse, causal=False)
 
 
-@pytest.mark.parametrize("kv_load", ["bulk", "cp_async"])
+@pytest.mark.parametrize("kv_load", ["tma", "bulk", "cp_async"])
 @pytest.mark.parametrize("d,page_size,s_q", [(128, 16, 1), (256, 128, 1), (128, 32, 3)])
-def test_gqa_bulk_copy_and_cp_async_producers(kv_load, d, page_size, s_q):
-    """Both ways of filling the ring, pinned, on ragged lengths (partial last tiles whose V rows
+def test_gqa_tma_bulk_copy_and_cp_async_producers(kv_load, d, page_size, s_q):
+    """The three ways of filling the ring, pinned, on ragged lengths (partial last tiles whose V rows
     past the end hold NaN in the cache) with NaN-poisoned outputs."""
     import kvforge
-    from kvforge.codegen.decode import DecodeConfig
     from kvforge.runtime.device import device_arch
     from kvforge.runtime.select import select_decode_config
 
-    if kv_load == "bulk" and device_arch(0) not in ("sm_90", "sm_100a"):
-        pytest.skip(f"cp.async.bulk needs sm_90 or newer; this device is {device_arch(0)}")
-    base = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=4, head_dim=d, s_q=s_q,
-                                backend="sm80")
-    cfg = DecodeConfig.model_validate({**base.model_dump(), "kv_load": kv_load})
+    if kv_load != "cp_async" and device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"kv_load={kv_load!r} needs sm_90 or newer; this device is {device_arch(0)}")
+    cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=4, head_dim=d, s_q=s_q,
+                               backend="sm80", kv_load=kv_load)
+    assert cfg.kv_load == kv_load
     case = make_case("gqa_decode", batch=4, s_q=s_q, hq=8, hkv=2, d=d, page_size=page_size,
                      lens=[s_q, 1000, 77, 3], seed=d + page_size)
+    out, lse = _poisoned(case, "gqa_decode")
+    kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse,
+                       config=cfg)
+    _check("gqa_decode", case, out, lse, causal=s_q > 1)
+
+
+@pytest.mark.parametrize("d,page_size,group,s_q,dtype", [
+    (64, 16, 1, 1, "bf16"), (64, 64, 8, 2, "fp16"), (128, 64, 16, 1, "bf16"), (128, 128, 1, 4, "fp16"),
+    (256, 16, 4, 1, "fp16"), (256, 32, 16, 8, "bf16"), (128, 16, 16, 8, "bf16"), (64, 128, 2, 1, "bf16")])
+def test_gqa_tma_tiles(d, page_size, group, s_q, dtype):
+    """kv_load='tma' (boxes of page rows x 64 columns into 128-byte-swizzled tiles) across head
+    dims, page sizes (boxes of whole pages and of half pages), groups and s_q with the causal rule:
+    lengths 0 and 1, a tile-aligned length (no partial tile), a split long sequence and ragged
+    ones, NaN in the unused cache rows and in the outputs beforehand."""
+    import kvforge
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"TMA needs sm_90 or newer; this device is {device_arch(0)}")
+    cfg = select_decode_config("gqa_decode", device_arch(0), dtype, page_size, heads=group, head_dim=d, s_q=s_q,
+                               backend="sm80", kv_load="tma")
+    hkv = 3
+    case = make_case("gqa_decode", batch=6, s_q=s_q, hq=hkv * group, hkv=hkv, d=d, page_size=page_size,
+                     lens=[0 if s_q == 1 else s_q, 1, 4 * cfg.block_n, 2500, 77 + s_q, s_q], dtype=dtype, seed=d + group + page_size)
     out, lse = _poisoned(case, "gqa_decode")
     kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse,
                        config=cfg)

@@ -112,30 +112,44 @@ _DECL = re.compile(r'^extern "C" __global__ void (\w+)\(([^)]*)\);$', re.M)
 @pytest.mark.parametrize("family", ["mla_decode", "gqa_decode"])
 def test_launch_header_declarations_and_launches_match_the_contracts(family):
     """Each launcher declares its kernels with the contracts' C types and launches them with the
-    contracts' arguments; an sm90 launcher encodes `kv_map` with its config's page size and box rows."""
+    contracts' arguments; an sm90 launcher encodes `kv_map` with its config's page size and box rows,
+    a GQA kv_load='tma' launcher `k_map` and `v_map` over rows of num_kv_heads heads."""
     variants = [v for v in VARIANTS if v.family == family and v.language == "cuda"]
     text = render_launch_header(family, variants)
     declared = {m.group(1): [t.strip() for t in m.group(2).split(",")] for m in _DECL.finditer(text)}
     assert declared == {k.symbol: [a.ctype for a in k.args] for v in variants for k in v.kernels}
     sm90 = [v for v in variants if v.backend == "sm90" and not v.config.is_fp8]  # fp8 tiles: bulk copies, no map
-    assert ('#include "kvforge/sm90_tile.cuh"' in text) == bool(sm90)
-    assert ("cudaGetDriverEntryPointByVersion" in text) == bool(sm90)
+    tma = [v for v in variants if getattr(v.config, "kv_load", "") == "tma"]  # GQA: k_map and v_map
+    assert ('#include "kvforge/sm90_tile.cuh"' in text) == bool(sm90 or tma)
+    assert ("cudaGetDriverEntryPointByVersion" in text) == bool(sm90 or tma)
     for v in variants:
         run = text[text.index(f"{v.name}_run("):]
         run = run[:run.index("\n}\n")]
         main = v.contracts["main"]
         assert f"{main.symbol}<<<" in run and ", ".join(a.name for a in main.args) + ");" in run
+        cfg = v.config
+        dtype = {"bf16": "BFLOAT16", "fp16": "FLOAT16"}.get(cfg.kv_dtype)
         if v in sm90:
-            cfg = v.config
             assert main.args[-1].name == "kv_map" and "const kvforge::sm90::TensorMap& kv_map" in run
             encode = run[run.index("kvforge_tma::paged_kv_map("):]
             encode = " ".join(encode[:encode.index(");")].split())
-            dtype = {"bf16": "BFLOAT16", "fp16": "FLOAT16"}[cfg.kv_dtype]
             assert encode == (f"kvforge_tma::paged_kv_map(&kv_map_cache, k_cache, num_pages, "
                               f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {cfg.head_dim_qk}, {cfg.page_size}, "
                               f"{cfg.head_dim_qk * 2}, {cfg.head_dim_qk * 2 * cfg.page_size}, 64, {cfg.box_rows}")
+        elif v in tma:
+            # rows of every KV head: [num_pages][page_size][num_kv_heads * D], boxes of one head's 64 columns
+            assert [a.name for a in main.args[-2:]] == ["k_map", "v_map"]
+            for arg, cache in (("k_map", "k_cache"), ("v_map", "v_cache")):
+                assert f"const kvforge::sm90::TensorMap& {arg} = {arg}_cache.map;" in run
+                encode = run[run.index(f"kvforge_tma::paged_kv_map(&{arg}_cache"):]
+                encode = " ".join(encode[:encode.index(");")].split())
+                heads = " * (cuuint64_t)num_kv_heads"
+                d = cfg.head_dim_qk
+                assert encode == (f"kvforge_tma::paged_kv_map(&{arg}_cache, {cache}, num_pages, "
+                                  f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {d}{heads}, {cfg.page_size}, {d * 2}{heads}, "
+                                  f"{d * 2 * cfg.page_size}{heads}, 64, {min(cfg.page_size, cfg.block_n)}")
         else:
-            assert "kv_map" not in run
+            assert "kv_map" not in run and "k_map" not in run
 
 
 def test_grid_dims_print_and_evaluate_alike():

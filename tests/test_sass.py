@@ -175,6 +175,30 @@ def test_bulk_copy_producers_issue_ublkcp_without_local_memory(variant, tmp_path
     assert k.resources.spill_store_bytes == 0
 
 
+ALL_TMA = [v for v in sorted(load_matrix(), key=lambda v: v.name) if getattr(v.config, "kv_load", "") == "tma"]
+
+
+def test_the_default_matrix_has_gqa_tma_variants():
+    assert {(v.family, v.config.head_dim_qk) for v in ALL_TMA} >= {("gqa_decode", 64)}, [v.name for v in ALL_TMA]
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", ALL_TMA, ids=lambda v: v.name)
+def test_tma_producers_issue_utmaldg_and_consumers_read_swizzled_tiles_without_local_memory(variant, tmp_path):
+    """kv_load='tma': whole tiles arrive by TMA boxes (UTMALDG), partial last tiles by cp.async
+    (LDGSTS) into the same swizzled places; ldmatrix reads them; no local memory, no spills."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    assert re.search(r"\bUTMALDG\b", main), "no UTMALDG (TMA box load) in the kernel"
+    assert re.search(r"\bLDGSTS\b", main), "no LDGSTS (cp.async of the partial tile) in the kernel"
+    assert re.search(r"\bLDSM\b", main), "no LDSM (ldmatrix) in the kernel"
+    assert not re.search(r"\b(LDL|STL)\b", main), "local memory traffic (LDL/STL) in the kernel"
+    assert k.resources.spill_store_bytes == 0
+
+
 ALL_FP8_REGISTERS = [v for v in ALL_FP8 if getattr(v.config, "fp8_registers", False)]
 
 

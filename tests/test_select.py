@@ -148,14 +148,32 @@ def test_common_fp8_shapes_choose_a_pregenerated_variant(family, heads, d, page,
 
 
 @pytest.mark.parametrize("d,arch,dtype,load", [
-    (128, "sm_90", "bf16", "bulk"), (256, "sm_90", "fp16", "bulk"), (64, "sm_90", "bf16", "cp_async"),
-    (128, "sm_89", "bf16", "cp_async"), (128, "sm_100a", "bf16", "cp_async"),
+    (128, "sm_90", "bf16", "bulk"), (256, "sm_90", "fp16", "bulk"), (64, "sm_90", "bf16", "tma"),
+    (128, "sm_89", "bf16", "cp_async"), (64, "sm_100a", "bf16", "cp_async"), (128, "sm_100a", "bf16", "cp_async"),
 ])
-def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128(d, arch, dtype, load):
-    """Measured on the H200 (bench/RESULTS.md): cp.async.bulk per row beats 16-byte cp.async at
-    D = 128 and 256 and loses at D = 64; unmeasured arches keep cp.async."""
+def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128_and_by_tma_at_d64(d, arch, dtype, load):
+    """Measured on the H200 (bench/RESULTS.md): cp.async.bulk per row beats 16-byte cp.async (and
+    TMA boxes) at D = 128 and 256; at D = 64 TMA boxes at four CTAs per SM beat both; unmeasured
+    arches keep cp.async."""
     cfg = select_decode_config("gqa_decode", arch, dtype, 16, heads=4, head_dim=d, s_q=1)
-    assert cfg.kv_load == load and cfg.pipeline.num_producer == 4
+    assert cfg.kv_load == load and cfg.pipeline.num_producer == (1 if load == "tma" else 4)
+    if load == "tma":
+        assert (cfg.block_n, cfg.num_kv_stages, cfg.ctas_per_sm) == (64, 3, 4)
+        assert [a for a, _, _ in cfg.tensor_maps()] == ["k_map", "v_map"]
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_kv_load_pins_tma_for_every_gqa_head_dim(d, page_size):
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", page_size, heads=8, head_dim=d, s_q=2, kv_load="tma")
+    assert cfg.kv_load == "tma" and cfg.pipeline.num_producer == 1 and cfg.ctas_per_sm >= 2
+    assert cfg.stage_bytes == 2 * cfg.block_n * d * 2 and cfg.layout["kv_stages"].offset % 1024 == 0
+    assert cfg.tma_box_rows == min(page_size, cfg.block_n)
+
+
+def test_kv_load_rejects_unknown_values():
+    with pytest.raises(ConfigError, match="kv_load='dma': choose 'cp_async', 'bulk' or 'tma'"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1, kv_load="dma")
 
 
 def test_fp8_gqa_and_mla_never_take_bulk_loads():

@@ -84,6 +84,8 @@ static_assert(kOffKV + 3 * kStageBytes <= kSmemBytes && kOffSPart <= kSmemBytes,
 static_assert(kPageSize % 16 == 0 && kBN % 8 == 0, "tile shape");
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers), "threads");
 
+__device__ __forceinline__ tile::PaddedTile kv_tile(const unsigned char* t) { return tile::PaddedTile{t, kKVStride}; }
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
@@ -180,6 +182,7 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
+
 // ---- producer: KV tiles by bulk copies (sm_90+) -------------------------------------------------
 // Producer warp `pw` of kProducers owns rows pw, pw + kProducers, ... of each tile of keys
 // [j0, j0 + kBN); a lane takes up to kRowsPerLane of them. It looks their pages up before waiting
@@ -246,11 +249,11 @@ __device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const u
                                         const unsigned char* stage, int row0, int key0, int k0) {
   const FragA a = tile::load_a(q_smem, kQStride, row0, k0);
   if constexpr (kKeysPerWarp == 8) {
-    tile::qk_mma<TM>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
+    tile::qk_mma<TM>(s[0], a, tile::load_kt8(kv_tile(stage), key0, k0));
   } else {
 #pragma unroll
     for (int n = 0; n < kKeysPerWarp; n += 16)
-      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
+      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(kv_tile(stage), key0 + n, k0));
   }
 }
 
@@ -271,7 +274,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
 #pragma unroll
       for (int n = 0; n < kBN; n += 16)
         tile::qk_mma<TM>(sp[n / 8], sp[n / 8 + 1], qf[q],
-                        tile::load_kt(stage, kKVStride, n, st.cg * kDepthPerWarp + q * 16));
+                        tile::load_kt(kv_tile(stage), n, st.cg * kDepthPerWarp + q * 16));
     }
     float* mine = s_part + st.cg * kQRows * kSPartStride;
 #pragma unroll
@@ -375,7 +378,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 #pragma unroll
     for (int n = 0; n < kColsPerWarp; n += 16)
       tile::pv_mma<TM>(o[n / 8], o[n / 8 + 1], p,
-                      tile::load_v(stage + kVOffset, kKVStride, k0, st.cg * kColsPerWarp + n));
+                      tile::load_v(kv_tile(stage + kVOffset), k0, st.cg * kColsPerWarp + n));
   }
 }
 

@@ -117,6 +117,8 @@ static_assert(kKV8Stride % 16 == 0 && kKV8Stride >= kTokenBytes + 4 * kScaleWord
               kScaleBlock % 16 == 0, "fp8 rows: 16-value convert groups never straddle a scale block");
 static_assert(kOffKV8 + 6 * kKV8StageBytes <= kSmemBytes, "fp8 layout");
 
+__device__ __forceinline__ tile::PaddedTile kv_tile(const unsigned char* t) { return tile::PaddedTile{t, kKVStride}; }
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
@@ -325,11 +327,11 @@ __device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const u
                                         const unsigned char* stage, int row0, int key0, int k0) {
   const FragA a = tile::load_a(q_smem, kQStride, row0, k0);
   if constexpr (kKeysPerWarp == 8) {
-    tile::qk_mma<TM>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
+    tile::qk_mma<TM>(s[0], a, tile::load_kt8(kv_tile(stage), key0, k0));
   } else {
 #pragma unroll
     for (int n = 0; n < kKeysPerWarp; n += 16)
-      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
+      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(kv_tile(stage), key0 + n, k0));
   }
 }
 
@@ -350,7 +352,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
 #pragma unroll
       for (int n = 0; n < kBN; n += 16)
         tile::qk_mma<TM>(sp[n / 8], sp[n / 8 + 1], qf[q],
-                        tile::load_kt(stage, kKVStride, n, st.cg * kDepthPerWarp + q * 16));
+                        tile::load_kt(kv_tile(stage), n, st.cg * kDepthPerWarp + q * 16));
     }
     float* mine = s_part + st.cg * kQRows * kSPartStride;
 #pragma unroll
@@ -454,7 +456,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 #pragma unroll
     for (int n = 0; n < kColsPerWarp; n += 16)
       tile::pv_mma<TM>(o[n / 8], o[n / 8 + 1], p,
-                      tile::load_v(stage + kVOffset, kKVStride, k0, st.cg * kColsPerWarp + n));
+                      tile::load_v(kv_tile(stage + kVOffset), k0, st.cg * kColsPerWarp + n));
   }
 }
 

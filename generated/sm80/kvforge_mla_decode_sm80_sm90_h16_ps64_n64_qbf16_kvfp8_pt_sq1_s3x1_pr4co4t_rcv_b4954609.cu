@@ -125,6 +125,8 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 
+__device__ __forceinline__ tile::PaddedTile kv_tile(const unsigned char* t) { return tile::PaddedTile{t, kKVStride}; }
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
@@ -296,11 +298,11 @@ __device__ __forceinline__ void qk_step(float (&s)[kKeysPerWarp / 8][4], const u
                                         const unsigned char* stage, int row0, int key0, int k0) {
   const FragA a = tile::load_a(q_smem, kQStride, row0, k0);
   if constexpr (kKeysPerWarp == 8) {
-    tile::qk_mma<TM>(s[0], a, tile::load_kt8(stage, kKVStride, key0, k0));
+    tile::qk_mma<TM>(s[0], a, tile::load_kt8(kv_tile(stage), key0, k0));
   } else {
 #pragma unroll
     for (int n = 0; n < kKeysPerWarp; n += 16)
-      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(stage, kKVStride, key0 + n, k0));
+      tile::qk_mma<TM>(s[n / 8], s[n / 8 + 1], a, tile::load_kt(kv_tile(stage), key0 + n, k0));
   }
 }
 
@@ -426,7 +428,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 #pragma unroll
     for (int n = 0; n < kColsPerWarp; n += 16)
       tile::pv_mma<TM>(o[n / 8], o[n / 8 + 1], p,
-                      tile::load_v(stage + kVOffset, kKVStride, k0, st.cg * kColsPerWarp + n));
+                      tile::load_v(kv_tile(stage + kVOffset), k0, st.cg * kColsPerWarp + n));
   }
 }
 

@@ -20,15 +20,16 @@
 // NaN in its out and lse rows, and the first offence is written to the error record (int code:
 // 1 length, 2 page; then batch index, table index, value, length, bound).
 //
-// The sm90 variants (sm_90a: compile their sources with -gencode=arch=compute_90a,code=sm_90a)
-// take the KV cache as a TMA tensor map too: their <variant>_run encodes it over k_cache on the
-// host with cuTensorMapEncodeTiled, looked up once in the loaded driver through
-// cudaGetDriverEntryPointByVersion (CUDA 12.5 or newer; nothing links libcuda), and re-encodes it
-// only when k_cache or num_pages differ from the previous call on the same host thread (a
-// one-entry thread_local cache per variant). It returns cudaErrorNotSupported when the driver
-// has no cuTensorMapEncodeTiled, and cudaErrorInvalidValue when num_pages < 1 or the driver
-// refuses the map (k_cache must be 16-byte aligned and hold [num_pages][page_size][576] contiguous
-// 16-bit elements).
+// The variants that load KV tiles by TMA (the sm90 MLA variants, sm_90a: compile their sources
+// with -gencode=arch=compute_90a,code=sm_90a; the GQA variants with kv_load = tma, sm_90) take
+// the caches as TMA tensor maps too: their <variant>_run encodes them over k_cache (and v_cache)
+// on the host with cuTensorMapEncodeTiled, looked up once in the loaded driver through
+// cudaGetDriverEntryPointByVersion (CUDA 12.5 or newer; nothing links libcuda), and re-encodes a
+// map only when its cache pointer, num_pages or num_kv_heads differ from the previous call on the
+// same host thread (a one-entry thread_local cache per map). It returns cudaErrorNotSupported
+// when the driver has no cuTensorMapEncodeTiled, and cudaErrorInvalidValue when num_pages < 1 or
+// the driver refuses the map (a cache must be 16-byte aligned and hold [num_pages][page_size]
+// [row] contiguous 16-bit elements: row = 576 for MLA, num_kv_heads x head_dim for GQA).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only)
@@ -40,7 +41,7 @@
 #include <string.h>
 
 #include "kvforge/policy.h"
-#include "kvforge/sm90_tile.cuh"  // kvforge::sm90::TensorMap: the main kernels' kv_map parameter
+#include "kvforge/sm90_tile.cuh"  // kvforge::sm90::TensorMap: the main kernels' tensor-map parameters
 
 #if CUDART_VERSION < 12050
 #error "kvforge: the sm90 launchers need CUDA 12.5 or newer (cudaGetDriverEntryPointByVersion)"
@@ -62,10 +63,11 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// An encoded map and the (base, num_pages) it was encoded for.
+// An encoded map and the (base, num_pages, row_elems) it was encoded for.
 struct PagedKVMap {
   const void* base = nullptr;
   int num_pages = 0;
+  cuuint64_t row_elems = 0;
   kvforge::sm90::TensorMap map = {};
 };
 
@@ -77,7 +79,7 @@ static inline cudaError_t paged_kv_map(PagedKVMap* cache, const void* base, int 
                                        cuuint64_t page_bytes, cuuint32_t box_cols, cuuint32_t box_rows) {
   static_assert(sizeof(CUtensorMap) == sizeof(kvforge::sm90::TensorMap), "a CUtensorMap is 128 bytes");
   if (num_pages < 1) return cudaErrorInvalidValue;
-  if (cache->base == base && cache->num_pages == num_pages) return cudaSuccess;
+  if (cache->base == base && cache->num_pages == num_pages && cache->row_elems == row_elems) return cudaSuccess;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {row_elems, page_size, (cuuint64_t)num_pages};
@@ -92,6 +94,7 @@ static inline cudaError_t paged_kv_map(PagedKVMap* cache, const void* base, int 
   memcpy(&cache->map, &map, sizeof(map));
   cache->base = base;
   cache->num_pages = num_pages;
+  cache->row_elems = row_elems;
   return cudaSuccess;
 }
 

@@ -90,39 +90,74 @@ struct FragKt { u32 r[4]; };   // K^T for two n8 tiles: keys n0..n0+7 in r[0..1]
 struct FragKt8 { u32 r[2]; };  // K^T for one n8 tile
 struct FragV { u32 r[4]; };    // V for two n8 tiles: dims n0..n0+7 in r[0..1], n0+8..n0+15 in r[2..3]
 
-// A fragment (16 x 16) of a row-major tile with `stride` bytes per row, at (row0, col0 elements).
-__device__ __forceinline__ FragA load_a(const unsigned char* tile, int stride, int row0, int col0) {
+// ---- tile layouts -------------------------------------------------------------------------
+// Where element (row, col) of a row-major 16-bit tile lives (col a multiple of 8: one 16-byte
+// unit). PaddedTile: rows `stride` bytes apart (16 bytes of padding put ldmatrix's 8 rows in
+// distinct banks). Swizzle128Tile<kRows>: the TMA's 128-byte-swizzle layout, the tile cut into
+// 64-column chunks of kRows rows x 128 bytes, unit u of row r stored at unit u ^ (r % 8) (the
+// chunks based at 1024-byte boundaries); 8 rows of one unit again hit distinct banks.
+struct PaddedTile {
+  const unsigned char* base;
+  int stride;
+  __device__ __forceinline__ const unsigned char* at(int row, int col) const { return base + row * stride + col * 2; }
+};
+template <int kRows>
+struct Swizzle128Tile {
+  const unsigned char* base;
+  __device__ __forceinline__ const unsigned char* at(int row, int col) const {
+    return base + (col >> 6) * (kRows * 128) + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4);
+  }
+};
+
+// A fragment (16 x 16) of a row-major tile, at (row0, col0 elements).
+template <class Tile>
+__device__ __forceinline__ FragA load_a(const Tile& tile, int row0, int col0) {
   const int lane = threadIdx.x & 31;
   FragA a;
-  ldmatrix_x4(a.r, tile + (row0 + (lane & 15)) * stride + (col0 + (lane >> 4) * 8) * 2);
+  ldmatrix_x4(a.r, tile.at(row0 + (lane & 15), col0 + (lane >> 4) * 8));
   return a;
+}
+__device__ __forceinline__ FragA load_a(const unsigned char* tile, int stride, int row0, int col0) {
+  return load_a(PaddedTile{tile, stride}, row0, col0);
 }
 
 // K^T fragments for S = A * K^T, K row-major [key][dim]: keys n0..n0+15, dims k0..k0+15.
-__device__ __forceinline__ FragKt load_kt(const unsigned char* tile, int stride, int n0, int k0) {
+template <class Tile>
+__device__ __forceinline__ FragKt load_kt(const Tile& tile, int n0, int k0) {
   const int lane = threadIdx.x & 31;
   FragKt b;
-  ldmatrix_x4(b.r, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  ldmatrix_x4(b.r, tile.at(n0 + (lane & 7) + (lane >> 4) * 8, k0 + ((lane >> 3) & 1) * 8));
   return b;
+}
+__device__ __forceinline__ FragKt load_kt(const unsigned char* tile, int stride, int n0, int k0) {
+  return load_kt(PaddedTile{tile, stride}, n0, k0);
 }
 
 __device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
 }
 // K^T fragment of one n8 tile: keys n0..n0+7, dims k0..k0+15.
-__device__ __forceinline__ FragKt8 load_kt8(const unsigned char* tile, int stride, int n0, int k0) {
+template <class Tile>
+__device__ __forceinline__ FragKt8 load_kt8(const Tile& tile, int n0, int k0) {
   const int lane = threadIdx.x & 31;
   FragKt8 b;
-  ldmatrix_x2(b.r, tile + (n0 + (lane & 7)) * stride + (k0 + ((lane >> 3) & 1) * 8) * 2);
+  ldmatrix_x2(b.r, tile.at(n0 + (lane & 7), k0 + ((lane >> 3) & 1) * 8));
   return b;
+}
+__device__ __forceinline__ FragKt8 load_kt8(const unsigned char* tile, int stride, int n0, int k0) {
+  return load_kt8(PaddedTile{tile, stride}, n0, k0);
 }
 
 // V fragments for O = P * V, V row-major [key][dim]: keys k0..k0+15, dims n0..n0+15.
-__device__ __forceinline__ FragV load_v(const unsigned char* tile, int stride, int k0, int n0) {
+template <class Tile>
+__device__ __forceinline__ FragV load_v(const Tile& tile, int k0, int n0) {
   const int lane = threadIdx.x & 31;
   FragV b;
-  ldmatrix_x4_trans(b.r, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + (n0 + (lane >> 4) * 8) * 2);
+  ldmatrix_x4_trans(b.r, tile.at(k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8));
   return b;
+}
+__device__ __forceinline__ FragV load_v(const unsigned char* tile, int stride, int k0, int n0) {
+  return load_v(PaddedTile{tile, stride}, k0, n0);
 }
 
 // S[n8 tile pair] += Q K^T; O[n8 tile pair] += P V.
