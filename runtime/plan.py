@@ -127,7 +127,7 @@ class DecodePlan:
         return geo
 
     def workspace_floats(self, batch: int, s_q: int, num_q_heads: int, splits: int) -> int:
-        """fp32 words of partials a call needs (0 when no sequence is split): lse rows, then out rows."""
+        """fp32 words of partials a call needs (0 when no sequence is split): out rows, then lse rows."""
         if splits <= 1:
             return 0
         return batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
@@ -141,8 +141,10 @@ class DecodePlan:
         k value, v value)."""
         batch, s_q, nq, nkv, num_pages, max_pages, (splits, main_grid, comb_grid) = sizes
         q, k, v, bt, sl, out, lse = ptrs
-        part_lse = workspace
-        part_o = workspace + 4 * batch * splits * s_q * nq if workspace else 0
+        # partial outputs first (the combine reads them as float4: every row starts 16-byte aligned
+        # whatever batch x splits x s_q x heads is), then the partial lse values
+        part_o = workspace
+        part_lse = workspace + 4 * batch * splits * s_q * nq * self.head_dim_v if workspace else 0
         m, c = self._main_slots, self._comb_slots
         with self._lock:
             if sizes is not self._last_sizes:

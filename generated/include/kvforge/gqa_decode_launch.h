@@ -47,6 +47,10 @@
 #error "kvforge: the sm90 launchers need CUDA 12.5 or newer (cudaGetDriverEntryPointByVersion)"
 #endif
 
+// The tensor-map helpers are the same in every family's launcher header: defined once per
+// translation unit whichever header comes first.
+#ifndef KVFORGE_TMA_HOST_HELPERS
+#define KVFORGE_TMA_HOST_HELPERS
 namespace kvforge_tma {
 
 // cuTensorMapEncodeTiled of the driver the CUDA runtime loaded, looked up once; null when missing.
@@ -99,6 +103,7 @@ static inline cudaError_t paged_kv_map(PagedKVMap* cache, const void* base, int 
 }
 
 }  // namespace kvforge_tma
+#endif  // KVFORGE_TMA_HOST_HELPERS
 
 // ---- kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5 ----
 extern "C" __global__ void kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int*, const int*, __nv_bfloat16*, float*, float*, float*, int*, int, int, int, int, int, int, float, int);
@@ -136,8 +141,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf1
   const int num_splits = kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -183,8 +188,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8590febc_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8590febc<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -230,8 +235,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_416edd16_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_416edd16<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -278,8 +283,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm89_h4_ps16_n64_qbf16_kvfp8_p
   const int num_splits = kvforge_gqa_decode_sm80_sm89_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr4co4t_rcv_f7bb8c8a_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm89_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr4co4t_rcv_f7bb8c8a<<<dim3(num_kv_heads, batch, num_splits), 256, 40832, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -339,8 +344,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
@@ -387,8 +392,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_p
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede<<<dim3(num_kv_heads, batch, num_splits), 192, 38528, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -448,8 +453,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
@@ -496,8 +501,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_47cfccdc_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_47cfccdc<<<dim3(num_kv_heads, batch, num_splits), 256, 108928, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -544,8 +549,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38<<<dim3(num_kv_heads, batch, num_splits), 192, 84864, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -591,8 +596,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -652,8 +657,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
@@ -699,8 +704,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -746,8 +751,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -807,8 +812,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 64;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
@@ -855,8 +860,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_2289d0a4_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_2289d0a4<<<dim3(num_kv_heads, batch, num_splits), 256, 108928, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -902,8 +907,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -949,8 +954,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 256;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea<<<dim3(num_kv_heads, batch, num_splits), 256, 147072, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -996,8 +1001,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -1044,8 +1049,8 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_s
   const int num_splits = kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 256;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e<<<dim3(num_kv_heads, batch, num_splits), 192, 82304, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);

@@ -47,6 +47,10 @@
 #error "kvforge: the sm90 launchers need CUDA 12.5 or newer (cudaGetDriverEntryPointByVersion)"
 #endif
 
+// The tensor-map helpers are the same in every family's launcher header: defined once per
+// translation unit whichever header comes first.
+#ifndef KVFORGE_TMA_HOST_HELPERS
+#define KVFORGE_TMA_HOST_HELPERS
 namespace kvforge_tma {
 
 // cuTensorMapEncodeTiled of the driver the CUDA runtime loaded, looked up once; null when missing.
@@ -99,6 +103,7 @@ static inline cudaError_t paged_kv_map(PagedKVMap* cache, const void* base, int 
 }
 
 }  // namespace kvforge_tma
+#endif  // KVFORGE_TMA_HOST_HELPERS
 
 // ---- kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80 ----
 extern "C" __global__ void kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int*, const int*, __nv_bfloat16*, float*, float*, float*, int*, int, int, int, int, int, int, float, int);
@@ -136,8 +141,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 96, 132736, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -183,8 +188,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_a06cd2e6_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_a06cd2e6<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 256, 216960, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -231,8 +236,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   const int num_splits = kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -279,8 +284,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   const int num_splits = kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 224640, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -327,8 +332,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_
   const int num_splits = kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_rcv_b4954609_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_rcv_b4954609<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 256, 150400, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -374,8 +379,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 209280, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -421,8 +426,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -468,8 +473,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -515,8 +520,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -563,8 +568,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_
   const int num_splits = kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 229760, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -610,8 +615,8 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16
   const int num_splits = kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
@@ -664,8 +669,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -718,8 +723,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -772,8 +777,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -826,8 +831,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -874,8 +879,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -928,8 +933,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -982,8 +987,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -1036,8 +1041,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
@@ -1084,8 +1089,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 199680, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -1132,8 +1137,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -1180,8 +1185,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 196608, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
@@ -1234,8 +1239,8 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   const int num_splits = kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b_num_splits(batch, num_q_heads, num_kv_heads, num_sms);
   const size_t rows = (size_t)batch * num_splits * s_q * num_q_heads;
   int* error_word = (int*)workspace;
-  float* part_lse = (float*)((char*)workspace + 256);
-  float* part_o = part_lse + rows;
+  float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
+  float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
