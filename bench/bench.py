@@ -124,7 +124,7 @@ def make_inputs(sh: Shape, copies: int):
     kv = []
     for _ in range(copies):
         k = torch.randn((num_pages, sh.page, *row), device="cuda", dtype=torch.bfloat16, generator=g)
-        v = None if sh.family == "mla_decode" else torch.randn_like(k)
+        v = None if sh.family == "mla_decode" else torch.randn(k.shape, device="cuda", dtype=k.dtype, generator=g)
         kv.append((k.reshape(num_pages, sh.page, sh.d) if sh.family == "mla_decode" else k, v))
     bt = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32).reshape(sh.b, pages_per_seq)
     lens = torch.full((sh.b,), sh.s_k, dtype=torch.int32, device="cuda")

@@ -22,6 +22,11 @@ class ArchSpec:
         """mbarrier expect-tx, try_wait and cp.async.bulk exist from sm_90 on."""
         return self.vendor == "nvidia" and self.compute_capability >= 90
 
+    @property
+    def has_pdl(self) -> bool:
+        """Programmatic dependent launch (griddepcontrol, launch attribute) exists from sm_90 on."""
+        return self.vendor == "nvidia" and self.compute_capability >= 90
+
 
 ARCHS: dict[str, ArchSpec] = {
     a.name: a

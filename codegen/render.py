@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jinja2
 
+from .arch import arch_spec
 from .variant import Variant
 from .version import VERSION
 
@@ -84,7 +85,8 @@ def render_launch_header(family: str, variants: list[Variant]) -> str:
     tpl = environment().get_template("cuda/decode_launch.h.j2")
     digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
     kv_maps = {v.name: maps for v in variants if (maps := tensor_map_encodings(v.config))}
-    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, kv_maps=kv_maps,
+    pdl = {v.name for v in variants if arch_spec(v.config.arch).has_pdl}  # combine launched programmatically
+    text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, kv_maps=kv_maps, pdl=pdl,
                       workspace_header_bytes=WORKSPACE_HEADER_BYTES, log2e=repr(policy.LOG2E),
                       error_ints=policy.ERROR_RECORD_INTS, err_seqlen=policy.ERR_SEQLEN, err_page=policy.ERR_PAGE)
     return _normalise(text)

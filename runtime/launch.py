@@ -166,7 +166,7 @@ class PackedLaunch(ArgSlots):
     plan that owns it serialises set + launch.
     """
 
-    def __init__(self, kernel: LoadedKernel, contract) -> None:
+    def __init__(self, kernel: LoadedKernel, contract, programmatic: bool = False) -> None:
         if contract.dynamic_smem_bytes > kernel.max_dynamic_smem:
             raise LaunchError(f"{contract.symbol}: {contract.dynamic_smem_bytes} B of dynamic shared memory "
                               f"requested, the kernel was loaded for at most {kernel.max_dynamic_smem} B")
@@ -177,8 +177,21 @@ class PackedLaunch(ArgSlots):
         if _cuLaunchKernel is None:
             _bind_driver()
         self._smem = contract.dynamic_smem_bytes
+        # programmatic dependent launch (sm_90+): cuLaunchKernelEx with programmatic stream
+        # serialization, so the kernel may start before the previous one in the stream completes
+        # (it waits for it with griddepcontrol.wait before reading its results)
+        self.programmatic = programmatic
+        self._config = _programmatic_config(contract.block, self._smem) if programmatic else None
 
     def launch(self, grid: tuple[int, int, int], stream_handle: int) -> None:
+        if self._config is not None:
+            cfg = self._config
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.hStream = _stream_object(stream_handle)
+            (err,) = _cuLaunchKernelEx(cfg, self._function, self.argv_addr, 0)
+            if err != _SUCCESS:
+                _check(err, f"cuLaunchKernelEx({self.name}, grid={tuple(grid)}, programmatic)")
+            return
         bx, by, bz = self._block
         (err,) = _cuLaunchKernel(self._function, grid[0], grid[1], grid[2], bx, by, bz, self._smem,
                                  _stream_object(stream_handle), self.argv_addr, 0)
@@ -186,15 +199,32 @@ class PackedLaunch(ArgSlots):
             _check(err, f"cuLaunchKernel({self.name}, grid={tuple(grid)})")
 
 
-_cuLaunchKernel = _SUCCESS = None
+def _programmatic_config(block: tuple[int, int, int], smem: int):
+    """A CUlaunchConfig carrying the programmatic-stream-serialization attribute (grid and stream
+    are filled per launch)."""
+    from cuda.bindings import driver
+
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg = driver.CUlaunchConfig()
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = smem
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return cfg
+
+
+_cuLaunchKernel = _cuLaunchKernelEx = _SUCCESS = None
 
 
 def _bind_driver() -> None:
-    """The launch entry point and success code, bound once (no attribute lookups per launch)."""
-    global _cuLaunchKernel, _SUCCESS
+    """The launch entry points and success code, bound once (no attribute lookups per launch)."""
+    global _cuLaunchKernel, _cuLaunchKernelEx, _SUCCESS
     from cuda.bindings import driver
 
-    _cuLaunchKernel, _SUCCESS = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
+    _cuLaunchKernel, _cuLaunchKernelEx = driver.cuLaunchKernel, driver.cuLaunchKernelEx
+    _SUCCESS = driver.CUresult.CUDA_SUCCESS
 
 
 _streams: dict[int, object] = {}

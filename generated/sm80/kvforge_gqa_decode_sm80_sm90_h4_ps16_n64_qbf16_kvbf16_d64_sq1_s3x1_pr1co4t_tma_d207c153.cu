@@ -543,6 +543,7 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the swizzled stages need 1024-byte alignment: round the base up (the layout keeps room for it)
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
+  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;
@@ -593,6 +594,7 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d
   int n, chunk;
   policy_split_plan(seqlens[b], num_splits, kMinKeysPerSplit, kBN, &n, &chunk);
   if (n <= 1) return;  // written directly by the main kernel
+  kvforge_pdl_wait_primary();  // launched programmatically: the main kernel's partials are complete from here
   const long long prow0 = (static_cast<long long>(b) * num_splits * s_q + qi) * num_q_heads + head;
   const long long split_step = static_cast<long long>(s_q) * num_q_heads;
   const long long orow = (static_cast<long long>(b) * s_q + qi) * num_q_heads + head;

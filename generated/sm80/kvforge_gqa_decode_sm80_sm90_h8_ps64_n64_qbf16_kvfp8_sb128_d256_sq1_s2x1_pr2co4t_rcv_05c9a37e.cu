@@ -698,6 +698,7 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSM)
 kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e(const __nv_bfloat16* __restrict__ q, const unsigned char* __restrict__ k_cache, const unsigned char* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal, const float* __restrict__ k_scale, const float* __restrict__ v_scale, float k_scale_value, float v_scale_value) {
   extern __shared__ __align__(128) unsigned char smem[];
+  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;
@@ -757,6 +758,7 @@ kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t
   int n, chunk;
   policy_split_plan(seqlens[b], num_splits, kMinKeysPerSplit, kBN, &n, &chunk);
   if (n <= 1) return;  // written directly by the main kernel
+  kvforge_pdl_wait_primary();  // launched programmatically: the main kernel's partials are complete from here
   const long long prow0 = (static_cast<long long>(b) * num_splits * s_q + qi) * num_q_heads + head;
   const long long split_step = static_cast<long long>(s_q) * num_q_heads;
   const long long orow = (static_cast<long long>(b) * s_q + qi) * num_q_heads + head;

@@ -146,9 +146,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5<<<dim3(num_kv_heads, batch, num_splits), 256, 97920, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -349,9 +370,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -397,9 +439,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_p
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede<<<dim3(num_kv_heads, batch, num_splits), 192, 38528, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -458,9 +521,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -506,9 +590,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_47cfccdc<<<dim3(num_kv_heads, batch, num_splits), 256, 108928, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_47cfccdc_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_47cfccdc_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -554,9 +659,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38<<<dim3(num_kv_heads, batch, num_splits), 192, 84864, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -601,9 +727,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -662,9 +809,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -709,9 +877,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -756,9 +945,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -817,9 +1027,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148<<<dim3(num_kv_heads, batch, num_splits), 160, 56560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -865,9 +1096,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_2289d0a4<<<dim3(num_kv_heads, batch, num_splits), 256, 108928, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_2289d0a4_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h8_ps16_n128_qbf16_kvfp8_pt_d128_sq1_s3x1_pr4co4t_rcv_2289d0a4_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -912,9 +1164,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -959,9 +1232,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea<<<dim3(num_kv_heads, batch, num_splits), 256, 147072, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1006,9 +1300,30 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f<<<dim3(num_kv_heads, batch, num_splits), 256, 112256, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1054,8 +1369,29 @@ static inline cudaError_t kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_s
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e<<<dim3(num_kv_heads, batch, num_splits), 192, 82304, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }

@@ -193,9 +193,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_a06cd2e6<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 256, 216960, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_a06cd2e6_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_a06cd2e6_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -241,9 +262,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -289,9 +331,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 224640, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -337,9 +400,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_rcv_b4954609<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 256, 150400, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_rcv_b4954609_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_rcv_b4954609_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -384,9 +468,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 209280, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -431,9 +536,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -478,9 +604,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -525,9 +672,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -573,9 +741,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 229760, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -620,9 +809,30 @@ static inline cudaError_t kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 230784, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -674,9 +884,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_2e9f5ede_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -728,9 +959,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_de177981_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -782,9 +1034,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_3e1b9685_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -836,9 +1109,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_499833e3_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -884,9 +1178,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_857fa221_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -938,9 +1253,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_1886f39b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -992,9 +1328,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_f0498dda_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1046,9 +1403,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1094,9 +1472,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 199680, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1142,9 +1541,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_0991ecd3_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1190,9 +1610,30 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 196608, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_d38242e5_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }
 
@@ -1244,8 +1685,29 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
+#if defined(KVFORGE_PDL)
+  if (num_splits > 1) {
+    // KVFORGE_PDL defined: programmatic dependent launch, the combine's CTAs may start while the main
+    // kernel drains; they wait for it (griddepcontrol.wait) before reading the partials
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(num_q_heads, s_q, batch);
+    config.blockDim = dim3(256);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b_combine,
+part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+  }
+#else
   if (num_splits > 1)
     kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_6076328b_combine<<<dim3(num_q_heads, s_q, batch), 256, 0, stream>>>(
 part_o, part_lse, seqlens, out, lse, s_q, num_q_heads, num_splits);
+#endif
   return cudaGetLastError();
 }

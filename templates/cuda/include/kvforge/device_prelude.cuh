@@ -9,3 +9,18 @@ static __device__ __forceinline__ bool kvforge_block_any(bool pred, int* /*share
   return __syncthreads_or(pred) != 0;
 }
 static __device__ __forceinline__ int thread_index() { return static_cast<int>(threadIdx.x); }
+
+// Programmatic dependent launch (sm_90+): the main kernel lets the grid launched after it with the
+// programmatic-serialization attribute (the combine) start early; that grid waits for the main
+// kernel's completion, its memory visible, before reading what the main kernel wrote. Both are
+// no-ops below sm_90 and when the dependent was launched plainly.
+static __device__ __forceinline__ void kvforge_pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void kvforge_pdl_wait_primary() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
