@@ -64,8 +64,8 @@ FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)
 # ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
 # registers): tiles that keep every thread's registers free of spills
 FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4)}
-FP8_REGISTER_STAGES = (6, 5, 4, 3, 2)  # fallbacks when the preferred tile does not fit
-FP8_REGISTER_PRODUCERS = (4, 2, 1)
+RING_STAGES = (6, 5, 4, 3, 2)  # MMA-ring depths without convert warps, deepest first
+PRODUCER_WARPS = (4, 2, 1)
 
 
 def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
@@ -77,26 +77,21 @@ def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
 
 
 def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, preferred_tile: tuple | None = None):
-    """(pipeline fields, convert fields or None) in order of preference. 16-bit KV: the deepest MMA
-    ring first, four cp.async producer warps (issue is per warp: four keep HBM busy). fp8 KV
-    dequantized in registers, and 16-bit KV loaded by TMA (`preferred_tile`: the measured (block_n,
-    stages, producers, column groups), or () without one): that tile's ring first, then deep rings,
-    no convert warps. fp8 KV
-    through the convert warps: the bytes in flight sit in the fp8 load ring, so it goes deep and the
-    16-bit MMA ring stays short; GQA (two CTAs per SM) takes two producer warps and six convert warps
-    (bench/fp8_tune.py: the convert stage is GQA's limit; 6 warps 1.04x over 4, 4 warps 1.5x over 2),
-    four at D = 256, whose consumers need more than the 85 registers 12 warps x 2 CTAs leave."""
-    if preferred_tile is not None:  # the MMA ring holds fp8 tiles: no convert warps
-        if preferred_tile:
-            _, stages, producers, _ = preferred_tile
-            yield {"num_kv_stages": stages, "num_producer": producers}, None
-        for stages in FP8_REGISTER_STAGES:
-            for producers in FP8_REGISTER_PRODUCERS:
-                yield {"num_kv_stages": stages, "num_producer": producers}, None
-        return
-    if not fp8:
-        for stages in (6, 5, 4, 3, 2):
-            for producers in (4, 2, 1):
+    """(pipeline fields, convert fields or None) in order of preference. A measured tile
+    (`preferred_tile` = (block_n, stages, producers, column groups): fp8 KV dequantized in
+    registers, 16-bit KV loaded by TMA) comes first. Without convert warps (16-bit KV, fp8 in
+    registers): the deepest MMA ring first, four producer warps (issue is per warp: four keep HBM
+    busy). fp8 KV through the convert warps: the bytes in flight sit in the fp8 load ring, so it
+    goes deep and the 16-bit MMA ring stays short; GQA (two CTAs per SM) takes two producer warps
+    and six convert warps (bench/fp8_tune.py: the convert stage is GQA's limit; 6 warps 1.04x over
+    4, 4 warps 1.5x over 2), four at D = 256, whose consumers need more than the 85 registers
+    12 warps x 2 CTAs leave."""
+    if preferred_tile:
+        _, stages, producers, _ = preferred_tile
+        yield {"num_kv_stages": stages, "num_producer": producers}, None
+    if preferred_tile is not None or not fp8:  # no convert warps
+        for stages in RING_STAGES:
+            for producers in PRODUCER_WARPS:
                 yield {"num_kv_stages": stages, "num_producer": producers}, None
         return
     for load_stages in (6, 5, 4, 3, 2):

@@ -103,3 +103,8 @@ def test_launch_headers_compile_and_link_with_nvcc(tmp_path):
                         *objects, "-o", str(tmp_path / "host_demo")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "host_demo").stat().st_size > 0
+    # -DKVFORGE_PDL: the sm_90+ launchers start the combine by cudaLaunchKernelEx (programmatic launch)
+    r = subprocess.run([nvcc, "-c", "-std=c++17", "-DKVFORGE_PDL", *nvcc_arch_flags("sm_90"), "-I", str(GEN / "include"),
+                        str(main), "-o", str(tmp_path / "main_pdl.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cudaLaunchKernelEx" in (GEN / "include" / "kvforge" / "gqa_decode_launch.h").read_text()
