@@ -193,6 +193,16 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
+// ---- the paged cache's addressing (every producer) ----------------------------------------------
+// Key j of the sequence whose block-table row is bt_row: its token index in the cache, and the
+// element offset of its row for one KV head (tokens are token_stride = num_kv_heads * kDqk apart).
+__device__ __forceinline__ long long cache_token(const int* bt_row, int j) {
+  return static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize;
+}
+__device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, long long token_stride, int kv_head) {
+  return cache_token(bt_row, j) * token_stride + static_cast<long long>(kv_head) * kDqk;
+}
+
 // ---- producer: KV tiles by TMA (sm_90+) ----------------------------------------------------------
 // One producer warp. A tile whose keys all lie before key_end arrives as kBoxesPerTile x
 // kChunksPerTile boxes each of K and V (kBoxRows rows of one page, 64 columns of this KV head),
@@ -238,9 +248,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
       for (int u = lane; u < kBN * kChunksPerRow; u += 32) {
         const int i = u / kChunksPerRow, c = u % kChunksPerRow, j = j0 + i;
         const bool valid = j < w.key_end;
-        const long long off = valid ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
-                                              token_stride + static_cast<long long>(kv_head) * kDqk + c * 8
-                                    : 0;
+        const long long off = valid ? kv_row_offset(bt_row, j, token_stride, kv_head) + c * 8 : 0;
         tile::cp_async_16(const_cast<unsigned char*>(kt.at(i, c * 8)), k_cache + off, valid);
         tile::cp_async_16(const_cast<unsigned char*>(vt.at(i, c * 8)), v_cache + off, valid);
       }

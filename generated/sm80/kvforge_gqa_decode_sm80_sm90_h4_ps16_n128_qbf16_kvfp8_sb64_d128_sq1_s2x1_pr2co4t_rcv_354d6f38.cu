@@ -223,6 +223,16 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
+// ---- the paged cache's addressing (every producer) ----------------------------------------------
+// Key j of the sequence whose block-table row is bt_row: its token index in the cache, and the
+// element offset of its row for one KV head (tokens are token_stride = num_kv_heads * kDqk apart).
+__device__ __forceinline__ long long cache_token(const int* bt_row, int j) {
+  return static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize;
+}
+__device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, long long token_stride, int kv_head) {
+  return cache_token(bt_row, j) * token_stride + static_cast<long long>(kv_head) * kDqk;
+}
+
 // ---- fp8 producer: one fp8 tile into its ring ----------------------------------------------------
 // Producer warp `pw` looks up the token of rows pw, pw + kProducers, ... of the tile at j0 (before
 // waiting for the slot, so the block-table reads overlap that wait), then its lanes stream each
@@ -232,9 +242,7 @@ __device__ __forceinline__ void lookup_kv8_rows(const int* bt_row, int num_kv_he
                                                 int pw, int lane, long long* row_tok) {
   for (int i = lane; i < kRowsPerProducer; i += 32) {
     const int j = j0 + pw + i * kProducers;
-    row_tok[i] = j < key_end ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
-                                   num_kv_heads + kv_head
-                             : -1;
+    row_tok[i] = j < key_end ? cache_token(bt_row, j) * num_kv_heads + kv_head : -1;
   }
   __syncwarp();
 }

@@ -182,6 +182,16 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
+// ---- the paged cache's addressing (every producer) ----------------------------------------------
+// Key j of the sequence whose block-table row is bt_row: its token index in the cache, and the
+// element offset of its row for one KV head (tokens are token_stride = num_kv_heads * kDqk apart).
+__device__ __forceinline__ long long cache_token(const int* bt_row, int j) {
+  return static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize;
+}
+__device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, long long token_stride, int kv_head) {
+  return cache_token(bt_row, j) * token_stride + static_cast<long long>(kv_head) * kDqk;
+}
+
 
 // ---- producer: KV tiles by bulk copies (sm_90+) -------------------------------------------------
 // Producer warp `pw` of kProducers owns rows pw, pw + kProducers, ... of each tile of keys
@@ -205,8 +215,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     for (int r = 0; r < kRowsPerLane; ++r) {
       const int i = lane + 32 * r, j = j0 + pw + i * kProducers;
       off[r] = i < kRowsPerProducer && j < w.key_end
-                   ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) * token_stride +
-                         static_cast<long long>(kv_head) * kDqk
+                   ? kv_row_offset(bt_row, j, token_stride, kv_head)
                    : -1;
       if (off[r] >= 0) bytes += kIsMLA ? kRowBytes : 2 * kRowBytes;
     }

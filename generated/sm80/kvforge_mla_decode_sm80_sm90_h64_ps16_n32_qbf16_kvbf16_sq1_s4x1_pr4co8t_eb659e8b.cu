@@ -182,6 +182,16 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
+// ---- the paged cache's addressing (every producer) ----------------------------------------------
+// Key j of the sequence whose block-table row is bt_row: its token index in the cache, and the
+// element offset of its row for one KV head (tokens are token_stride = num_kv_heads * kDqk apart).
+__device__ __forceinline__ long long cache_token(const int* bt_row, int j) {
+  return static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize;
+}
+__device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, long long token_stride, int kv_head) {
+  return cache_token(bt_row, j) * token_stride + static_cast<long long>(kv_head) * kDqk;
+}
+
 // ---- producer: one KV tile --------------------------------------------------------------------
 // Producer warp `pw` of kProducers gathers rows pw, pw + kProducers, ... of the tile of keys
 // [j0, j0 + kBN): each row's offset is looked up once through the block table and staged in SMEM,
@@ -192,9 +202,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned char* stage, const T* k_ca
                                              int key_end, int pw, int lane, long long* row_off) {
   for (int i = lane; i < kRowsPerProducer; i += 32) {
     const int j = j0 + pw + i * kProducers;
-    row_off[i] = j < key_end ? (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
-                                   token_stride + static_cast<long long>(kv_head) * kDqk
-                             : -1;
+    row_off[i] = j < key_end ? kv_row_offset(bt_row, j, token_stride, kv_head) : -1;
   }
   __syncwarp();
   // kLanesPerRow lanes cover a row's 16-byte chunks (kColIters passes when a row has more than 32)
