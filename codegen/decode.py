@@ -27,6 +27,21 @@ BACKEND_CLASSES: dict[str, type["DecodeConfig"]] = {}
 NOT_LANDED = {"sm100": "tcgen05"}
 
 
+TMA_BOX_COLS = 64  # 16-bit columns per 128-byte swizzle row: a TMA box's inner extent
+
+
+def paged_map_geometry(dtype: str, row_elems: int, page_size: int, box_rows: int, per_kv_head: bool) -> dict:
+    """A TMA tensor map's geometry over a contiguous paged cache [num_pages][page_size][row] of
+    16-bit elements (`DecodeConfig.tensor_maps`; runtime/tensor_map.py and the C launchers encode
+    it): dims {row_elems, page_size, num_pages} (num_pages at run time; row_elems, row_bytes and
+    page_bytes times num_kv_heads when `per_kv_head`), byte strides {row_bytes, page_bytes}, boxes
+    of {box_cols, box_rows, 1}, 128-byte swizzle."""
+    row_bytes = row_elems * DTYPE_BYTES[dtype]
+    return {"dtype": dtype, "row_elems": row_elems, "page_size": page_size, "row_bytes": row_bytes,
+            "page_bytes": row_bytes * page_size, "box_cols": TMA_BOX_COLS, "box_rows": box_rows,
+            "per_kv_head": per_kv_head}
+
+
 class DecodeConfig(BaseModel):
     """The fields and checks every backend shares. Construct through `DecodeConfig.model_validate`
     (or a backend class); the `backend` field picks the class."""

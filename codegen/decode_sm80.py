@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from .decode import DecodeConfig
+from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, ConvertConfig, PipelineConfig
 from .policy import DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
@@ -16,7 +16,6 @@ from .smem import SmemLayout, SmemLayoutBuilder
 MMA_M = 16
 ROW_PAD = 16  # bytes of padding per SMEM row: ldmatrix rows land in distinct banks
 BULK_ARCHS = ("sm_90", "sm_100a")  # cp.async.bulk (and .tensor: TMA) with mbarrier complete_tx
-TMA_BOX_COLS = 64  # 16-bit columns per 128-byte swizzle row: a TMA box's inner extent
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: swizzled tiles start on this boundary
 FP8_ARCHS = ("sm_89", "sm_90", "sm_100a")  # cvt.rn.f16x2.e4m3x2 (hardware e4m3 conversion) exists from sm_89
 
@@ -259,10 +258,8 @@ class Sm80DecodeConfig(DecodeConfig):
         [num_kv_heads * head_dim] (a box: box_rows rows of one page x 64 columns of one KV head)."""
         if self.kv_load != "tma":
             return ()
-        row_bytes = self.head_dim_qk * 2
-        geometry = {"dtype": self.kv_dtype, "row_elems": self.head_dim_qk, "page_size": self.page_size,
-                    "row_bytes": row_bytes, "page_bytes": row_bytes * self.page_size, "box_cols": TMA_BOX_COLS,
-                    "box_rows": self.tma_box_rows, "per_kv_head": True}
+        geometry = paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.tma_box_rows,
+                                      per_kv_head=True)
         return (("k_map", "k_cache", geometry), ("v_map", "v_cache", geometry))
 
     @property

@@ -22,14 +22,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from .decode import DecodeConfig
+from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
-from .policy import DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
 
 WGMMA_M = 64
 MATH_WARPGROUPS = 2
-SWIZZLE_COLS = 64          # 16-bit columns per 128-byte swizzle row (the TMA box's inner extent)
+SWIZZLE_COLS = TMA_BOX_COLS  # 16-bit columns per 128-byte swizzle row (the TMA box's inner extent)
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: tiles start on this boundary
 PRODUCER_REGS = 40         # setmaxnreg: the producer warpgroup's registers per thread
 MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232) <= 65536)
@@ -171,10 +170,7 @@ class Sm90DecodeConfig(DecodeConfig):
         encode it: a contiguous cache [num_pages][page_size][head_dim_qk] of 16-bit elements, dims
         {row_elems, page_size, num_pages} (num_pages at run time), byte strides {row_bytes,
         page_bytes}, boxes of {box_cols, box_rows, 1}, 128-byte swizzle."""
-        row_bytes = self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
-        return {"dtype": self.kv_dtype, "row_elems": self.head_dim_qk, "page_size": self.page_size,
-                "row_bytes": row_bytes, "page_bytes": row_bytes * self.page_size, "box_cols": SWIZZLE_COLS,
-                "box_rows": self.box_rows, "per_kv_head": False}
+        return paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.box_rows, per_kv_head=False)
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
         return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 else ()
