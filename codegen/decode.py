@@ -27,18 +27,24 @@ BACKEND_CLASSES: dict[str, type["DecodeConfig"]] = {}
 NOT_LANDED = {"sm100": "tcgen05"}
 
 
-TMA_BOX_COLS = 64  # 16-bit columns per 128-byte swizzle row: a TMA box's inner extent
+TMA_BOX_BYTES = 128  # a TMA box's inner extent: one 128-byte swizzle row
+TMA_BOX_COLS = TMA_BOX_BYTES // 2  # 16-bit columns per box row
+
+
+def tma_box_cols(dtype: str) -> int:
+    """Elements per TMA box row of a `dtype` cache (64 16-bit, 128 fp8 values)."""
+    return TMA_BOX_BYTES // DTYPE_BYTES[dtype]
 
 
 def paged_map_geometry(dtype: str, row_elems: int, page_size: int, box_rows: int, per_kv_head: bool) -> dict:
     """A TMA tensor map's geometry over a contiguous paged cache [num_pages][page_size][row] of
-    16-bit elements (`DecodeConfig.tensor_maps`; runtime/tensor_map.py and the C launchers encode
+    16-bit or fp8 elements (`DecodeConfig.tensor_maps`; runtime/tensor_map.py and the C launchers encode
     it): dims {row_elems, page_size, num_pages} (num_pages at run time; row_elems, row_bytes and
     page_bytes times num_kv_heads when `per_kv_head`), byte strides {row_bytes, page_bytes}, boxes
     of {box_cols, box_rows, 1}, 128-byte swizzle."""
     row_bytes = row_elems * DTYPE_BYTES[dtype]
     return {"dtype": dtype, "row_elems": row_elems, "page_size": page_size, "row_bytes": row_bytes,
-            "page_bytes": row_bytes * page_size, "box_cols": TMA_BOX_COLS, "box_rows": box_rows,
+            "page_bytes": row_bytes * page_size, "box_cols": tma_box_cols(dtype), "box_rows": box_rows,
             "per_kv_head": per_kv_head}
 
 

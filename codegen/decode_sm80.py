@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
+from .decode import TMA_BOX_BYTES, DecodeConfig, paged_map_geometry, tma_box_cols
 from .pipeline import MBARRIER_BYTES, ConvertConfig, PipelineConfig
 from .policy import DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
@@ -58,9 +58,9 @@ class Sm80DecodeConfig(DecodeConfig):
         "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales, else cvt")
     kv_load: Literal["cp_async", "bulk", "tma"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, one "
-        "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer), or (GQA, "
-        "16-bit) TMA boxes of page rows x 64 columns through tensor maps over the caches into 128-byte-swizzled "
-        "tiles, one producer warp (sm_90 and newer)")
+        "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer), or (GQA; "
+        "16-bit, or fp8 per-tensor dequantized in registers) TMA boxes of page rows x 128 bytes through tensor "
+        "maps over the caches into 128-byte-swizzled tiles, one producer warp (sm_90 and newer)")
 
     @model_validator(mode="before")
     @classmethod
@@ -105,9 +105,9 @@ class Sm80DecodeConfig(DecodeConfig):
             if self.arch not in BULK_ARCHS:
                 raise ValueError(f"{where}.kv_load={self.kv_load!r}: {what} exists on {', '.join(BULK_ARCHS)}; "
                                  f"{self.arch} has none (use 'cp_async')")
-            if self.is_fp8:
-                raise ValueError(f"{where}.kv_load={self.kv_load!r}: the fp8 tiles are filled by cp.async; use "
-                                 "'cp_async'")
+            if self.is_fp8 and self.kv_load == "bulk":
+                raise ValueError(f"{where}.kv_load='bulk': the fp8 tiles are filled by cp.async or (GQA, per-tensor "
+                                 "scales, fp8_convert='registers') TMA; use 'cp_async' or 'tma'")
         if self.kv_load == "tma":
             self._validate_tma(where)
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
@@ -135,9 +135,14 @@ class Sm80DecodeConfig(DecodeConfig):
         if self.family != "gqa_decode":
             raise ValueError(f"{where}.kv_load='tma': implemented for gqa_decode (MLA's TMA kernel is backend "
                              "'sm90'); use 'cp_async'")
-        if self.head_dim_qk % TMA_BOX_COLS:
+        if self.is_fp8 and not (self.fp8_registers and self.scale_mode == "per_tensor"):
+            raise ValueError(f"{where}.kv_load='tma': fp8 tiles arrive by TMA for scale_mode='per_tensor' with "
+                             f"fp8_convert='registers'; got scale_mode={self.scale_mode!r}, "
+                             f"fp8_convert={self.fp8_convert!r} (use kv_load='cp_async')")
+        if self.head_dim_qk % self.tma_box_cols:
             raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: kv_load='tma' loads boxes of "
-                             f"{TMA_BOX_COLS} columns; use a multiple of {TMA_BOX_COLS} or kv_load='cp_async'")
+                             f"{TMA_BOX_BYTES} bytes ({self.tma_box_cols} {self.kv_dtype} columns); use a multiple "
+                             f"of {self.tma_box_cols} or kv_load='cp_async'")
         if self.pipeline.num_producer != 1:
             raise ValueError(f"{where}.pipeline.num_producer={self.pipeline.num_producer}: kv_load='tma' has one "
                              "producer warp (lane 0 issues the boxes); use 1")
@@ -171,8 +176,9 @@ class Sm80DecodeConfig(DecodeConfig):
     @property
     def fp8_swizzle(self) -> int:
         """fp8 register path: the XOR applied to each row's 16-byte chunk index (chunk c of row r
-        lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle) otherwise."""
-        if not self.fp8_registers:
+        lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle, or the TMA's own
+        128-byte swizzle: kv_load='tma') otherwise."""
+        if not self.fp8_registers or self.kv_load == "tma":
             return 0
         return sum(f << (3 * r) for r, f in enumerate(fp8_row_swizzle(self.kv_token_bytes // 16)))
 
@@ -219,17 +225,19 @@ class Sm80DecodeConfig(DecodeConfig):
     @property
     def p_row_stride(self) -> int:
         """P rows: ldmatrix reads 16-byte row pieces (pad 16 B); the fp8 register path reads 8 bytes at
-        4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups)."""
+        4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups), except
+        on TMA-filled tiles, whose V keys keep the PTX order (P through ldmatrix)."""
         if self.fp8_registers and self.scale_mode == "block":
             return self.block_n * 4 + 4 * ROW_PAD  # fp32 P (scaled per V block at PV): 16-byte reads of 2 rows
-        return self.block_n * 2 + (2 * ROW_PAD if self.fp8_registers else ROW_PAD)
+        k4_reads = self.fp8_registers and self.kv_load != "tma"
+        return self.block_n * 2 + (2 * ROW_PAD if k4_reads else ROW_PAD)
 
     @property
     def kv_tile_bytes(self) -> int:
-        """One 16-bit K (or V) tile in the MMA ring: padded rows, or (kv_load='tma') dense
-        128-byte-swizzled ones."""
+        """One K (or V) tile in the MMA ring: 16-bit padded rows, or (kv_load='tma') dense
+        128-byte-swizzled ones of the cache's element (fp8 tiles: `kv8_row_stride`)."""
         if self.kv_load == "tma":
-            return self.block_n * self.head_dim_qk * 2
+            return self.block_n * self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
         return self.block_n * self.kv_row_stride
 
     @property
@@ -248,6 +256,11 @@ class Sm80DecodeConfig(DecodeConfig):
         return tiles * self.kv_tile_bytes
 
     @property
+    def tma_box_cols(self) -> int:
+        """kv_load='tma': cache elements per box row (128 bytes)."""
+        return tma_box_cols(self.kv_dtype)
+
+    @property
     def tma_box_rows(self) -> int:
         """kv_load='tma': rows per box, a whole page or the tile's share of one (block_n and page_size
         are powers of two, so one divides the other; boxes never straddle a page)."""
@@ -255,7 +268,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
         """kv_load='tma': tensor maps over the K and the V cache, each seen as [num_pages][page_size]
-        [num_kv_heads * head_dim] (a box: box_rows rows of one page x 64 columns of one KV head)."""
+        [num_kv_heads * head_dim] (a box: box_rows rows of one page x 128 bytes of one KV head)."""
         if self.kv_load != "tma":
             return ()
         geometry = paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.tma_box_rows,

@@ -66,7 +66,8 @@ WORKSPACE_HEADER_BYTES = 256  # the C launchers' workspace: the error record, th
 
 
 # cuTensorMapEncodeTiled's data type per 16-bit KV dtype (the C launchers' tensor maps)
-TMA_DATA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+TMA_DATA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+                  "fp8_e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 
 
 def tensor_map_encodings(cfg) -> list[dict]:

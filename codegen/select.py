@@ -112,12 +112,21 @@ BULK_MIN_HEAD_DIM = 128
 TMA_HEAD_DIMS = (64,)
 # kv_load='tma': the measured tile per head dim, (block_n, num_kv_stages, num_producer, column groups)
 TMA_TILES = {64: (64, 3, 1, 4)}
+# Per-tensor fp8 GQA dequantized in registers, on sm_90: TMA boxes of page rows x 128 bytes into
+# 128-byte-swizzled fp8 tiles beat the 16-byte cp.async producers by 0.4-2.8% at D = 128 and 256
+# (bench/fp8_tma_ab.py, bench/RESULTS.md "TMA for fp8 tiles"), with these tiles.
+FP8_TMA_HEAD_DIMS = (128, 256)
+FP8_TMA_TILES = {128: (64, 6, 1, 4), 256: (64, 3, 1, 4)}
 
 
-def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool) -> str:
+def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool, scale_mode: str = "none",
+                   fp8_convert: str = "registers") -> str:
     """How the sm80 kernel's producers fill the ring for these shapes: 'cp_async', 'bulk' or 'tma'."""
-    if family != "gqa_decode" or arch != "sm_90" or fp8:
+    if family != "gqa_decode" or arch != "sm_90":
         return "cp_async"
+    if fp8:
+        tma = scale_mode == "per_tensor" and fp8_convert == "registers" and head_dim in FP8_TMA_HEAD_DIMS
+        return "tma" if tma else "cp_async"
     if head_dim in TMA_HEAD_DIMS:
         return "tma"
     return "bulk" if head_dim >= BULK_MIN_HEAD_DIM else "cp_async"
@@ -142,11 +151,12 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
         base["fp8_convert"] = "registers"
         tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
         preferred_tile = tiles.get(dqk, ())
-    load = (explicit or {}).get("kv_load") or kv_load_choice(family, arch, dqk, fp8)
+    load = (explicit or {}).get("kv_load") or kv_load_choice(
+        family, arch, dqk, fp8, base.get("scale_mode", "none"), "registers" if registers else "ring")
     if load != "cp_async":
         base["kv_load"] = load
-    if load == "tma" and not fp8:
-        preferred_tile = TMA_TILES.get(dqk, ())  # the measured tile first, then the usual search
+    if load == "tma":  # the measured tile first, then the usual search
+        preferred_tile = (FP8_TMA_TILES if fp8 else TMA_TILES).get(dqk, ())
     want_ctas = (2, 1) if family == "gqa_decode" else (1,)
     last_err, first = None, None
     for ctas in want_ctas:

@@ -1,5 +1,5 @@
 """TMA tensor maps for the kernels that load KV tiles by TMA: a paged cache seen as a 3-D tensor
-[num_pages][page_size][row] of 16-bit elements, 128-byte swizzle, with the geometry the config
+[num_pages][page_size][row] of 16-bit or fp8 elements, 128-byte swizzle, with the geometry the config
 defines (`DecodeConfig.tensor_maps`: the sm90 MLA kernel's `kv_map`, the GQA kernels' `k_map` and
 `v_map` whose rows hold every KV head; the C launchers encode the same). Encoded once per
 (pointer, page count, KV heads) through cuTensorMapEncodeTiled and cached: engines pass the same
@@ -25,6 +25,7 @@ def _enums():
     return {
         "bf16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         "fp16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        "fp8_e4m3": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # bytes: the kernel converts
         "interleave": driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         "swizzle": driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         "l2": driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -1,7 +1,8 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|gqa_decode_tma|poisoned_<family>|poisoned_mla_decode_sm90|
-                            fp8_<per_tensor|block|fp8_ds_mla>|selftest_<arrive|expect_tx>_<thread|warp>
+    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|gqa_decode_tma|fp8_gqa_tma|poisoned_<family>|
+                            poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
+                            selftest_<arrive|expect_tx>_<thread|warp>
 
 Decode cases pin a variant whose ring has 2 slots, so every CTA's chunk (8+ tiles) laps the ring
 several times, in a batch whose long sequences are split on the device, next to lengths 1 and
@@ -56,6 +57,26 @@ def gqa_tma_case():
                          lens=lens, seed=d)
         out, _ = kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1,
                                     config=build(DecodeConfig, data))
+        torch.cuda.synchronize()
+        assert not bool(torch.isnan(out).any())
+
+
+def fp8_gqa_tma_case():
+    """Per-tensor fp8 GQA with kv_load='tma' (sm_90): a 2-slot ring of 128-byte-swizzled fp8 tiles,
+    whole 16-row pages with a split sequence and partial last tiles (D 128), then D 256 on 128-row
+    pages (two boxes per row, half-page boxes) with s_q 2 causal."""
+    for page_size, group, d, s_q, lens in ((16, 4, 128, 1, [1500, 40, 1]), (128, 4, 256, 2, [700, 5])):
+        cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d,
+                                   s_q=s_q, backend="sm80", scale_mode="per_tensor", fp8_convert="registers",
+                                   kv_load="tma")
+        data = cfg.model_dump(mode="json")
+        data["pipeline"]["num_kv_stages"] = 2
+        case = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=2 * group, hkv=2, d=d, page_size=page_size,
+                         lens=lens, seed=d)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor")
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), "per_tensor")
+        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
+                                    v_scale=vs, config=build(DecodeConfig, data))
         torch.cuda.synchronize()
         assert not bool(torch.isnan(out).any())
 
@@ -144,6 +165,8 @@ def selftest_case(fill, arrive):
 what = sys.argv[1]
 if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
+elif what == "fp8_gqa_tma":
+    fp8_gqa_tma_case()
 elif what.startswith("fp8_"):
     fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":

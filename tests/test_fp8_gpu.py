@@ -208,6 +208,30 @@ def test_gqa_fp8_on_each_dequantization_path(path, layout, block, d, hq, hkv, pa
     _check("gqa_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("d,page_size,group,s_q,dtype,scale_as", [
+    (128, 16, 4, 1, "bf16", "tensor"), (128, 64, 16, 2, "fp16", "float"), (256, 16, 1, 1, "bf16", "tensor"),
+    (256, 128, 8, 4, "bf16", "tensor"), (128, 128, 2, 8, "bf16", "float"), (128, 32, 8, 1, "fp16", "tensor")])
+def test_gqa_fp8_tma_tiles(d, page_size, group, s_q, dtype, scale_as):
+    """kv_load='tma' for per-tensor fp8 (boxes of page rows x 128 bytes into 128-byte-swizzled fp8
+    tiles read in registers, V's keys in the PTX order): lengths 0 and 1, a tile-aligned length,
+    a split long sequence and ragged ones, fp8 NaN in every unused cache byte, NaN outputs before."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"TMA needs sm_90 or newer; this device is {device_arch(0)}")
+    cfg = select_decode_config("gqa_decode", device_arch(0), dtype, page_size, heads=group, head_dim=d, s_q=s_q,
+                               backend="sm80", scale_mode="per_tensor", fp8_convert="registers", kv_load="tma")
+    assert cfg.kv_load == "tma" and cfg.fp8_registers
+    hkv = 3
+    lens = [0 if s_q == 1 else s_q, 1, 4 * cfg.block_n, 2500, 77 + s_q, s_q]
+    c = make_fp8_case("gqa_decode", "per_tensor", scale_as=scale_as, batch=len(lens), s_q=s_q, hq=hkv * group,
+                      hkv=hkv, d=d, page_size=page_size, lens=lens, dtype=dtype, seed=d + group + page_size)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("gqa_decode", c, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("family,heads,d,page_size,dtype", [("gqa_decode", 4, 128, 16, "bf16"),
                                                          ("gqa_decode", 8, 64, 32, "fp16"),
                                                          ("mla_decode", 16, 576, 64, "bf16")])

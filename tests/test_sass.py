@@ -212,14 +212,19 @@ def test_the_default_matrix_has_register_path_variants_of_both_families_and_both
 @needs_cuobjdump
 @pytest.mark.parametrize("variant", ALL_FP8_REGISTERS, ids=lambda v: v.name)
 def test_register_path_reads_fp8_fragments_without_a_16_bit_tile(variant, tmp_path):
-    """fp8_convert='registers': no ldmatrix anywhere in the main kernel (Q and P are read k-permuted
-    by plain loads, K and V as fp8 words), byte permutes for V's fragments, the hardware e4m3
+    """fp8_convert='registers': no ldmatrix in the main kernel (Q and P are read k-permuted by plain
+    loads, K and V as fp8 words; on TMA-filled tiles P, whose V keys keep the PTX order, is read by
+    ldmatrix and the tiles arrive by UTMALDG), byte permutes for V's fragments, the hardware e4m3
     conversion for K (and V unless it is moved bit-wise into bf16), and no local memory."""
     from kvforge.runtime import compile
 
     k = compile(variant)
     main = sass_functions(k.cubin, tmp_path)[variant.name]
-    assert not re.search(r"\bLDSM\b", main), "ldmatrix (LDSM) in a register-path kernel: a 16-bit tile is read"
+    if variant.config.kv_load == "tma":
+        assert re.search(r"\bUTMALDG\b", main), "no UTMALDG (TMA box load) in a kv_load='tma' kernel"
+        assert re.search(r"\bLDSM\b", main), "P is read by ldmatrix on TMA-filled tiles: no LDSM"
+    else:
+        assert not re.search(r"\bLDSM\b", main), "ldmatrix (LDSM) in a register-path kernel: a 16-bit tile is read"
     assert re.search(r"\bPRMT\b", main), "no byte permutes (PRMT): V's fragments are not built from fp8 words"
     cvts = len(re.findall(r"\bF2FP\.F16\.E4M3\b", main))
     assert cvts > 0, "no F2FP.F16.E4M3 (hardware e4m3 conversion)"

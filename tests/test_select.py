@@ -171,15 +171,42 @@ def test_kv_load_pins_tma_for_every_gqa_head_dim(d, page_size):
     assert cfg.tma_box_rows == min(page_size, cfg.block_n)
 
 
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+def test_kv_load_pins_tma_for_per_tensor_fp8_gqa(d, page_size):
+    """fp8 tiles by TMA: one producer warp, dense fp8 tiles on 1024-byte boundaries, boxes of 128
+    fp8 columns through uint8 tensor maps, P read by ldmatrix (16 bytes of row padding)."""
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", page_size, heads=4, head_dim=d, s_q=1,
+                               scale_mode="per_tensor", fp8_convert="registers", kv_load="tma")
+    assert cfg.kv_load == "tma" and cfg.fp8_registers and cfg.pipeline.num_producer == 1 and cfg.ctas_per_sm >= 2
+    assert cfg.stage_bytes == 2 * cfg.block_n * d and cfg.layout["kv_stages"].offset % 1024 == 0
+    assert cfg.fp8_swizzle == 0 and cfg.p_row_stride == 2 * cfg.block_n + 16
+    (_, _, k_geom), (_, _, v_geom) = cfg.tensor_maps()
+    assert k_geom == v_geom and k_geom["dtype"] == "fp8_e4m3" and k_geom["box_cols"] == 128
+    assert k_geom["row_bytes"] == d and k_geom["box_rows"] == min(page_size, cfg.block_n)
+
+
 def test_kv_load_rejects_unknown_values():
     with pytest.raises(ConfigError, match="kv_load='dma': choose 'cp_async', 'bulk' or 'tma'"):
         select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1, kv_load="dma")
 
 
-def test_fp8_gqa_and_mla_never_take_bulk_loads():
-    assert select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1,
-                                scale_mode="per_tensor").kv_load == "cp_async"
-    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1).kv_load == "cp_async"
+@pytest.mark.parametrize("d,scale_mode,block,arch,load", [
+    (128, "per_tensor", None, "sm_90", "tma"), (256, "per_tensor", None, "sm_90", "tma"),
+    (64, "per_tensor", None, "sm_90", "cp_async"), (128, "block", 64, "sm_90", "cp_async"),
+    (128, "per_tensor", None, "sm_89", "cp_async")])
+def test_fp8_gqa_takes_tma_for_per_tensor_tiles_of_128_byte_rows_on_sm_90(d, scale_mode, block, arch, load):
+    """Measured on the H200 (bench/fp8_tma_ab.py): TMA boxes 0.4-2.8% faster than 16-byte cp.async
+    for per-tensor fp8 at D = 128 and 256, with 64-key tiles and four consumer warps; block scales,
+    D = 64 (64-byte rows) and other arches keep cp.async; never bulk copies."""
+    cfg = select_decode_config("gqa_decode", arch, "bf16", 16, heads=4, head_dim=d, s_q=1, scale_mode=scale_mode,
+                               scale_block_size=block)
+    assert cfg.kv_load == load and cfg.fp8_registers
+    if load == "tma":
+        assert (cfg.block_n, cfg.pipeline.num_producer, cfg.pipeline.num_consumer, cfg.ctas_per_sm) == (64, 1, 4, 2)
+        assert cfg.num_kv_stages == (6 if d == 128 else 3)
+    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
+                                scale_mode=scale_mode, scale_block_size=block).kv_load == "cp_async"
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])

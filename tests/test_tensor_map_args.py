@@ -76,3 +76,22 @@ def test_encode_passes_the_config_geometry_to_the_driver(monkeypatch):
     assert maps.get(0x10000, 300) == out and len(calls) == 1  # cached per (pointer, pages)
     with pytest.raises(tensor_map.TensorMapError, match="not 16-byte aligned"):
         maps.get(0x10008, 300)
+
+
+def test_fp8_gqa_tma_maps_are_byte_maps_with_128_column_boxes(monkeypatch):
+    """Per-tensor fp8 GQA by TMA: the caches are seen as uint8 rows of every KV head, boxes of 128
+    fp8 columns (128 bytes, the swizzle's row) by the tile's share of a page."""
+    from cuda.bindings import driver as real  # importorskip'd by _recording_driver first
+
+    from kvforge.runtime import tensor_map
+    from kvforge.runtime.select import select_decode_config
+
+    seen = []
+    _recording_driver(monkeypatch, seen)
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=256, s_q=1,
+                               scale_mode="per_tensor", fp8_convert="registers", kv_load="tma")
+    (_, _, geometry), _ = cfg.tensor_maps()
+    tensor_map.PagedKVMaps(geometry, "k_cache").get(0x40000, 70, 2)
+    assert seen[-1]["dtype"] == real.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8
+    assert seen[-1]["dims"] == [256 * 2, 16, 70] and seen[-1]["strides"] == [256 * 2, 256 * 2 * 16]
+    assert seen[-1]["box"] == [128, 16, 1]

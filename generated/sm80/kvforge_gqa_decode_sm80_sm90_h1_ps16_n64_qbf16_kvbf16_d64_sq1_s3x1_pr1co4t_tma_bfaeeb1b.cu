@@ -85,16 +85,21 @@ static_assert(kOffKV + 3 * kStageBytes <= kSmemBytes && kOffSPart <= kSmemBytes,
 static_assert(kPageSize % 16 == 0 && kBN % 8 == 0, "tile shape");
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers), "threads");
 
-// kv_load = tma: each stage's K and V tiles are in the TMA's 128-byte-swizzle layout (64-column
-// chunks of kBN rows x 128 bytes), filled by boxes of kBoxRows rows x 64 columns of one KV head.
+// kv_load = tma: each stage's K and V tiles are in the TMA's 128-byte-swizzle layout (128-byte
+// column chunks of kBN rows x 128 bytes), filled by boxes of kBoxRows rows x kBoxCols columns of
+// one KV head.
+using TK = T;  // a cache element
 constexpr int kBoxRows = 16;
+constexpr int kBoxCols = 64;  // 128 bytes
 constexpr int kBoxesPerTile = kBN / kBoxRows;
-constexpr int kChunksPerTile = kDqk / 64;
-constexpr unsigned kTileBytes = kBN * kDqk * sizeof(T);  // one of K, V
+constexpr int kChunksPerTile = kDqk / kBoxCols;
+constexpr int kUnitsPerRow = kDqk * static_cast<int>(sizeof(TK)) / 16;  // 16-byte units
+constexpr int kUnitElems = 16 / static_cast<int>(sizeof(TK));
+constexpr unsigned kTileBytes = kBN * kDqk * sizeof(TK);  // one of K, V
 static_assert(kVOffset == static_cast<int>(kTileBytes) && kStageBytes == 2 * kVOffset && kStageBytes % 1024 == 0 &&
-              kOffKV % 1024 == 0 && kBN % kBoxRows == 0 && kPageSize % kBoxRows == 0 && kDqk % 64 == 0 &&
-              kProducers == 1, "tma tiles");
-using KVTile = tile::Swizzle128Tile<kBN>;
+              kOffKV % 1024 == 0 && kBN % kBoxRows == 0 && kPageSize % kBoxRows == 0 &&
+              kBoxCols * sizeof(TK) == 128 && kDqk % kBoxCols == 0 && kProducers == 1, "tma tiles");
+using KVTile = tile::Swizzle128Tile<kBN, sizeof(TK)>;
 __device__ __forceinline__ KVTile kv_tile(const unsigned char* t) { return KVTile{t}; }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
@@ -213,8 +218,8 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // not exist, and stale V bytes may be NaN, which P = 0 does not cancel).
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem,
                                               const kvforge::sm90::TensorMap* k_map,
-                                              const kvforge::sm90::TensorMap* v_map, const T* k_cache,
-                                              const T* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
+                                              const kvforge::sm90::TensorMap* v_map, const TK* k_cache,
+                                              const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
                                               const Work& w, int lane) {
   kvforge::PipelineProducer<Ring> pipe{ring};
   const long long token_stride = static_cast<long long>(num_kv_heads) * kDqk;
@@ -237,20 +242,20 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
 #pragma unroll
           for (int c = 0; c < kChunksPerTile; ++c) {
             unsigned char* dst = stage + c * kBN * 128 + b * kBoxRows * 128;
-            kvforge::sm90::tma_load_3d(dst, k_map, full, kv_head * kDqk + c * 64, row, p);
-            kvforge::sm90::tma_load_3d(dst + kVOffset, v_map, full, kv_head * kDqk + c * 64, row, p);
+            kvforge::sm90::tma_load_3d(dst, k_map, full, kv_head * kDqk + c * kBoxCols, row, p);
+            kvforge::sm90::tma_load_3d(dst + kVOffset, v_map, full, kv_head * kDqk + c * kBoxCols, row, p);
           }
         }
       }
     } else {
       const KVTile kt{stage}, vt{stage + kVOffset};
 #pragma unroll 4
-      for (int u = lane; u < kBN * kChunksPerRow; u += 32) {
-        const int i = u / kChunksPerRow, c = u % kChunksPerRow, j = j0 + i;
+      for (int u = lane; u < kBN * kUnitsPerRow; u += 32) {
+        const int i = u / kUnitsPerRow, c = u % kUnitsPerRow, j = j0 + i;
         const bool valid = j < w.key_end;
-        const long long off = valid ? kv_row_offset(bt_row, j, token_stride, kv_head) + c * 8 : 0;
-        tile::cp_async_16(const_cast<unsigned char*>(kt.at(i, c * 8)), k_cache + off, valid);
-        tile::cp_async_16(const_cast<unsigned char*>(vt.at(i, c * 8)), v_cache + off, valid);
+        const long long off = valid ? kv_row_offset(bt_row, j, token_stride, kv_head) + c * kUnitElems : 0;
+        tile::cp_async_16(const_cast<unsigned char*>(kt.at(i, c * kUnitElems)), k_cache + off, valid);
+        tile::cp_async_16(const_cast<unsigned char*>(vt.at(i, c * kUnitElems)), v_cache + off, valid);
       }
       pipe.producer_commit_cp_async();
     }

@@ -124,6 +124,8 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
               "fp8 block scales apart");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
+using KV8Tile = tile::Fp8SwizzledRows<kKV8Stride, kFp8Swizzle>;
+constexpr bool kNaturalVKeys = false;  // V's keys k-permuted like P's (load_a_k4)
 
 __device__ __forceinline__ tile::PaddedTile kv_tile(const unsigned char* t) { return tile::PaddedTile{t, kKVStride}; }
 
@@ -332,7 +334,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
 #pragma unroll
       for (int n = 0; n < kBN; n += 8)
         tile::qk_mma<TM>(sp[n / 8], qf[q],
-                         tile::load_kt8_e4m3<kKV8Stride, kFp8Swizzle>(stage, n, st.cg * kDepthPerWarp + q * 16));
+                         tile::load_kt8_e4m3(KV8Tile{stage}, n, st.cg * kDepthPerWarp + q * 16));
     }
     float* mine = s_part + st.cg * kQRows * kSPartStride;
 #pragma unroll
@@ -453,7 +455,7 @@ __device__ __forceinline__ void qk_step_e4m3(float (&acc)[kKeysPerWarp / 8][4],
   const FragA a = kQInRegisters ? qp[kQInRegisters ? ks : 0] : tile::load_a_k4(q_smem, kQStride, row0, 16 * ks);
 #pragma unroll
   for (int i = 0; i < kKeysPerWarp / 8; ++i)
-    tile::qk_mma<TM>(acc[i], a, tile::load_kt8_e4m3<kKV8Stride, kFp8Swizzle>(stage, key0 + 8 * i, 16 * ks));
+    tile::qk_mma<TM>(acc[i], a, tile::load_kt8_e4m3(KV8Tile{stage}, key0 + 8 * i, 16 * ks));
 }
 
 // QK phase: S for this warp's keys; even and odd k steps (block scales: even and odd scale blocks)
@@ -479,7 +481,7 @@ __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
 __device__ __forceinline__ void pv_cols32_e4m3(float (*o)[4], const FragA& p, const unsigned char* stage, int k0,
                                                int c0) {
   u32 b[4][2];
-  tile::load_v32_e4m3<kKV8Stride, kFp8Swizzle, TPV>(b, stage + kVOffset, k0, c0);
+  tile::load_v32_e4m3<kNaturalVKeys, TPV>(b, KV8Tile{stage + kVOffset}, k0, c0);
 #pragma unroll
   for (int j = 0; j < 4; ++j) MmaPV::mma(o[j], p.r, b[j][0], b[j][1]);
 }
@@ -489,7 +491,8 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], co
                                              const unsigned char* p_smem, const unsigned char* stage) {
 #pragma unroll
   for (int k0 = 0; k0 < kBN; k0 += 16) {
-    const FragA p = tile::load_a_k4(p_smem, kPStride, st.rg * 16, k0);
+    const FragA p = kNaturalVKeys ? tile::load_a(p_smem, kPStride, st.rg * 16, k0)
+                                  : tile::load_a_k4(p_smem, kPStride, st.rg * 16, k0);
 #pragma unroll
     for (int c = 0; c < kColsPerWarp; c += 32) pv_cols32_e4m3(o + c / 8, p, stage, k0, st.cg * kColsPerWarp + c);
   }

@@ -12,8 +12,11 @@
 //   column 4g + j. Its accumulator's columns 2t, 2t+1 are then physical 8t + j and 8t + 4 + j:
 //   each thread owns 8 consecutive output columns per group (`o_cols_e4m3`).
 // fp8 rows are stored with their 16-byte chunks XOR-swizzled (chunk c of row r at c ^ f(r), f
-// packed for r % 16 in 3-bit fields of kSwizzle, computed by codegen) so both reads are free of
-// bank conflicts. e4m3 -> fp16 is exact (cvt.rn.f16x2.e4m3x2), so QK runs in fp16; PV too, or,
+// packed for r % 16 in 3-bit fields of kSwizzle, computed by codegen: `Fp8SwizzledRows`) so both
+// reads are free of bank conflicts. Tiles a TMA filled (`Swizzle128Tile<rows, 1>`: f(r) = r % 8 in
+// 128-byte column chunks) keep V's keys in the PTX order instead (thread t: keys 2t, 2t+1, 2t+8,
+// 2t+9, `kNaturalKeys`), the order in which that swizzle's four rows of a read land apart; P is then
+// an ordinary A fragment. e4m3 -> fp16 is exact (cvt.rn.f16x2.e4m3x2), so QK runs in fp16; PV too, or,
 // with block scales, in bf16 on V moved bit-wise into bf16 as value x 2^-120 (`e4m3x2_to_bf16x2_raw`;
 // the caller folds 2^120 into P and the output).
 #pragma once
@@ -44,13 +47,22 @@ __device__ __forceinline__ FragA load_a_k4(const unsigned char* tile, int stride
   return a;
 }
 
-// K^T fragment of one n8 tile (keys n0..n0+7, depths k0..k0+15, k-permuted) from an fp8 K tile of
-// kStride bytes per row.
+// An fp8 tile of rows kStride bytes apart, chunk c of row r stored at c ^ f(r) (kSwizzle).
 template <int kStride, unsigned long long kSwizzle>
-__device__ __forceinline__ FragKt8 load_kt8_e4m3(const unsigned char* tile, int n0, int k0) {
+struct Fp8SwizzledRows {
+  const unsigned char* base;
+  // 16-byte unit (chunk) u of row `row`
+  __device__ __forceinline__ const unsigned char* unit_at(int row, int u) const {
+    return base + row * kStride + fp8_chunk<kSwizzle>(row, u) * 16;
+  }
+};
+
+// K^T fragment of one n8 tile (keys n0..n0+7, depths k0..k0+15, k-permuted) from an fp8 K tile
+// (Fp8SwizzledRows or Swizzle128Tile<rows, 1>).
+template <class Tile>
+__device__ __forceinline__ FragKt8 load_kt8_e4m3(const Tile& tile, int n0, int k0) {
   const int lane = threadIdx.x & 31, key = n0 + (lane >> 2);
-  const u32 w = *reinterpret_cast<const u32*>(tile + key * kStride + fp8_chunk<kSwizzle>(key, k0 >> 4) * 16 +
-                                              4 * (lane & 3));
+  const u32 w = *reinterpret_cast<const u32*>(tile.unit_at(key, k0 >> 4) + 4 * (lane & 3));
   FragKt8 b;
   b.r[0] = fp8::e4m3x2_to_f16x2(w);
   b.r[1] = fp8::e4m3x2_to_f16x2(w >> 16);
@@ -83,19 +95,21 @@ __device__ __forceinline__ u32 e4m3x2_to(u32 w) {
 }
 
 // V fragments of the four n8 tiles of columns c0..c0+31 (c0 a multiple of 32) for keys k0..k0+15
-// (k-permuted) from an fp8 V tile, as TV (fp16, or bf16 x 2^-120): b[j] feeds tile j (column n = g is
-// physical column c0 + 4g + j).
-template <int kStride, unsigned long long kSwizzle, class TV>
-__device__ __forceinline__ void load_v32_e4m3(u32 (&b)[4][2], const unsigned char* tile, int k0, int c0) {
+// from an fp8 V tile, as TV (fp16, or bf16 x 2^-120): b[j] feeds tile j (column n = g is physical
+// column c0 + 4g + j). Keys k-permuted (thread t: 4t..4t+3), or with kNaturalKeys in the PTX order
+// (2t, 2t+1 in b[j][0], 2t+8, 2t+9 in b[j][1]).
+template <bool kNaturalKeys, class TV, class Tile>
+__device__ __forceinline__ void load_v32_e4m3(u32 (&b)[4][2], const Tile& tile, int k0, int c0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int chunk = (c0 >> 4) + (g >> 2), byte = 4 * (g & 3);
   u32 w[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int row = k0 + 4 * t + r;
-    w[r] = *reinterpret_cast<const u32*>(tile + row * kStride + fp8_chunk<kSwizzle>(row, chunk) * 16 + byte);
+    const int row = kNaturalKeys ? k0 + 2 * t + (r & 1) + 8 * (r >> 1) : k0 + 4 * t + r;
+    w[r] = *reinterpret_cast<const u32*>(tile.unit_at(row, chunk) + byte);
   }
   // (key 4t, key 4t+1) of columns 0,1 | 2,3, then (4t+2, 4t+3): byte j of each word is column j
+  // (natural order: keys 2t, 2t+1, then 2t+8, 2t+9)
   const u32 k01_c01 = __byte_perm(w[0], w[1], 0x5140), k01_c23 = __byte_perm(w[0], w[1], 0x7362);
   const u32 k23_c01 = __byte_perm(w[2], w[3], 0x5140), k23_c23 = __byte_perm(w[2], w[3], 0x7362);
   b[0][0] = e4m3x2_to<TV, 0>(k01_c01);

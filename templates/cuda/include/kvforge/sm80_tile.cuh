@@ -91,21 +91,27 @@ struct FragKt8 { u32 r[2]; };  // K^T for one n8 tile
 struct FragV { u32 r[4]; };    // V for two n8 tiles: dims n0..n0+7 in r[0..1], n0+8..n0+15 in r[2..3]
 
 // ---- tile layouts -------------------------------------------------------------------------
-// Where element (row, col) of a row-major 16-bit tile lives (col a multiple of 8: one 16-byte
-// unit). PaddedTile: rows `stride` bytes apart (16 bytes of padding put ldmatrix's 8 rows in
-// distinct banks). Swizzle128Tile<kRows>: the TMA's 128-byte-swizzle layout, the tile cut into
-// 64-column chunks of kRows rows x 128 bytes, unit u of row r stored at unit u ^ (r % 8) (the
-// chunks based at 1024-byte boundaries); 8 rows of one unit again hit distinct banks.
+// Where element (row, col) of a row-major tile lives (col the first element of a 16-byte unit).
+// PaddedTile: rows `stride` bytes apart (16 bytes of padding put ldmatrix's 8 rows in distinct
+// banks). Swizzle128Tile<kRows, kElemBytes>: the TMA's 128-byte-swizzle layout, the tile
+// cut into 128-byte column chunks (64 16-bit or 128 fp8 columns) of kRows rows x 128 bytes, 16-byte
+// unit u of row r stored at unit u ^ (r % 8) (the chunks based at 1024-byte boundaries); 8 rows of
+// one unit again hit distinct banks.
 struct PaddedTile {
   const unsigned char* base;
   int stride;
   __device__ __forceinline__ const unsigned char* at(int row, int col) const { return base + row * stride + col * 2; }
 };
-template <int kRows>
+template <int kRows, int kElemBytes = 2>
 struct Swizzle128Tile {
   const unsigned char* base;
   __device__ __forceinline__ const unsigned char* at(int row, int col) const {
-    return base + (col >> 6) * (kRows * 128) + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4);
+    const int b = col * kElemBytes;
+    return base + (b >> 7) * (kRows * 128) + row * 128 + ((((b >> 4) & 7) ^ (row & 7)) << 4);
+  }
+  // 16-byte unit u of row `row` (the fp8 register path's loaders)
+  __device__ __forceinline__ const unsigned char* unit_at(int row, int u) const {
+    return base + (u >> 3) * (kRows * 128) + row * 128 + (((u & 7) ^ (row & 7)) << 4);
   }
 };
 
