@@ -50,7 +50,8 @@ def variants(sh: Shape) -> dict:
                     continue
                 best[cfg.ctas_per_sm] = cfg
             for ctas, cfg in sorted(best.items()):
-                out[f"tma n{bn} s{cfg.num_kv_stages} c{consumers} {ctas}/SM"] = cfg
+                if ctas >= 2:  # one CTA per SM measured 10-40% slower at every shape (RESULTS.md)
+                    out[f"tma n{bn} s{cfg.num_kv_stages} c{consumers} {ctas}/SM"] = cfg
     return out
 
 

@@ -1,6 +1,6 @@
 """A/B of the combine kernel's launch on sm_90: programmatic dependent launch (KVFORGE_PDL=1: its CTAs
 may start while the main kernel drains and wait for it with griddepcontrol.wait) against the plain
-launch (the default), on the shapes whose sequences are split.
+launch (KVFORGE_PDL=0), on the shapes whose sequences are split.
 
     python bench/pdl_ab.py [--rounds 2]
 

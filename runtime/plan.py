@@ -19,18 +19,22 @@ from kvforge.codegen.variant import Variant
 # KVFORGE_DEBUG_BARRIERS=1: decode kernels built with bounded mbarrier waits that print the
 # barrier and trap instead of hanging (read once, at import).
 DEBUG_BARRIERS = os.environ.get("KVFORGE_DEBUG_BARRIERS") == "1"
-# KVFORGE_PDL=1: the combine kernel is launched programmatically (PDL) after the main kernel on
-# sm_90 and newer (its CTAs may start while the main kernel drains; they wait for it with
-# griddepcontrol.wait). Off by default: measured 0.8-1.03x across the split shapes on the H200
-# (slower for MLA b=1; bench/RESULTS.md, "Programmatic dependent launch of the combine").
-PDL = os.environ.get("KVFORGE_PDL") == "1"
+# KVFORGE_PDL: whether the combine kernel is launched programmatically (PDL) after the main kernel on
+# sm_90 and newer (its CTAs may start once every main CTA has consumed its tiles; they wait for it
+# with griddepcontrol.wait): "1" wherever the arch has it, "0" never, unset the measured default
+# (`codegen.select.combine_pdl`: the sm80 backend's kernels yes, the sm90 MLA kernel no).
+PDL = os.environ.get("KVFORGE_PDL")
 
 
-def uses_pdl(arch: str) -> bool:
-    """Whether the combine of a variant built for `arch` is launched programmatically."""
+def uses_pdl(config) -> bool:
+    """Whether the combine of a variant with this config is launched programmatically."""
     from kvforge.codegen.arch import arch_spec
+    from kvforge.codegen.select import combine_pdl
 
-    return PDL and arch_spec(arch).has_pdl
+    if PDL in ("0", "1"):
+        return PDL == "1" and arch_spec(config.arch).has_pdl
+    return combine_pdl(config)
+
 
 # The main kernel's arguments a call writes, in this order (the rest follow from the contract).
 CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
@@ -54,7 +58,7 @@ class CudaLauncher:
         main, comb = variant.contracts["main"], variant.contracts["combine"]
         self.main = PackedLaunch(load(compiled, main.symbol, main.dynamic_smem_bytes, device_id), main)
         self.combine = PackedLaunch(load(compiled, comb.symbol, comb.dynamic_smem_bytes, device_id), comb,
-                                    programmatic=uses_pdl(variant.config.arch))
+                                    programmatic=uses_pdl(variant.config))
         self.num_sms = sm_count(device_id)
         self.main.set("error_word", record_ptr(device_id))
 

@@ -128,7 +128,8 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
         main = v.contracts["main"]
         assert f"{main.symbol}<<<" in run and ", ".join(a.name for a in main.args) + ");" in run
         cfg = v.config
-        dtype = {"bf16": "BFLOAT16", "fp16": "FLOAT16"}.get(cfg.kv_dtype)
+        dtype = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp8_e4m3": "UINT8"}.get(cfg.kv_dtype)
+        elem = 1 if cfg.is_fp8 else 2  # bytes per cache element
         if v in sm90:
             assert main.args[-1].name == "kv_map" and "const kvforge::sm90::TensorMap& kv_map" in run
             encode = run[run.index("kvforge_tma::paged_kv_map("):]
@@ -137,7 +138,7 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
                               f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {cfg.head_dim_qk}, {cfg.page_size}, "
                               f"{cfg.head_dim_qk * 2}, {cfg.head_dim_qk * 2 * cfg.page_size}, 64, {cfg.box_rows}")
         elif v in tma:
-            # rows of every KV head: [num_pages][page_size][num_kv_heads * D], boxes of one head's 64 columns
+            # rows of every KV head: [num_pages][page_size][num_kv_heads * D], boxes of one head's 128 bytes
             assert [a.name for a in main.args[-2:]] == ["k_map", "v_map"]
             for arg, cache in (("k_map", "k_cache"), ("v_map", "v_cache")):
                 assert f"const kvforge::sm90::TensorMap& {arg} = {arg}_cache.map;" in run
@@ -146,8 +147,8 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
                 heads = " * (cuuint64_t)num_kv_heads"
                 d = cfg.head_dim_qk
                 assert encode == (f"kvforge_tma::paged_kv_map(&{arg}_cache, {cache}, num_pages, "
-                                  f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {d}{heads}, {cfg.page_size}, {d * 2}{heads}, "
-                                  f"{d * 2 * cfg.page_size}{heads}, 64, {min(cfg.page_size, cfg.block_n)}")
+                                  f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {d}{heads}, {cfg.page_size}, {d * elem}{heads}, "
+                                  f"{d * elem * cfg.page_size}{heads}, {128 // elem}, {min(cfg.page_size, cfg.block_n)}")
         else:
             assert "kv_map" not in run and "k_map" not in run
 

@@ -458,7 +458,9 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 
 // ---- fp8 register path: QK and PV read the fp8 tile (kvforge/sm80_fp8_frag.cuh) ------------------
 constexpr int kQFrags = kDqk / 16;
-constexpr bool kQInRegisters = kDqk <= 128;  // D = 256: 64 more registers would spill; read per step
+// Q's fragments in registers (kDqk / 4 of them), or read per k step where they would spill: D = 256,
+// and D = 128 at three or more CTAs per SM (at most 112 registers per thread)
+constexpr bool kQInRegisters = kDqk <= 128 && kDqk * kCtasPerSM <= 256;
 
 // One k16 step of S[16 x this warp's keys] += Q K^T: Q's k-permuted fragment (registers, or read
 // from shared memory), K^T straight from the fp8 tile.
@@ -701,6 +703,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -708,7 +712,6 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSM)
 kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38(const __nv_bfloat16* __restrict__ q, const unsigned char* __restrict__ k_cache, const unsigned char* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal, const float* __restrict__ k_scale, const float* __restrict__ v_scale, float k_scale_value, float v_scale_value) {
   extern __shared__ __align__(128) unsigned char smem[];
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

@@ -461,7 +461,9 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWarp / 8][4], const C
 
 // ---- fp8 register path: QK and PV read the fp8 tile (kvforge/sm80_fp8_frag.cuh) ------------------
 constexpr int kQFrags = kDqk / 16;
-constexpr bool kQInRegisters = kDqk <= 128;  // D = 256: 64 more registers would spill; read per step
+// Q's fragments in registers (kDqk / 4 of them), or read per k step where they would spill: D = 256,
+// and D = 128 at three or more CTAs per SM (at most 112 registers per thread)
+constexpr bool kQInRegisters = kDqk <= 128 && kDqk * kCtasPerSM <= 256;
 
 // One k16 step of S[16 x this warp's keys] += Q K^T: Q's k-permuted fragment (registers, or read
 // from shared memory), K^T straight from the fp8 tile.
@@ -664,6 +666,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -673,7 +677,6 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s6x1_pr1co4t_tm
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the swizzled stages need 1024-byte alignment: round the base up (the layout keeps room for it)
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

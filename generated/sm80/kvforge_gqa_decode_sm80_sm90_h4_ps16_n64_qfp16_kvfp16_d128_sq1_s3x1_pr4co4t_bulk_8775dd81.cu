@@ -525,6 +525,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -532,7 +534,6 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSM)
 kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81(const __half* __restrict__ q, const __half* __restrict__ k_cache, const __half* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __half* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal) {
   extern __shared__ __align__(128) unsigned char smem[];
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

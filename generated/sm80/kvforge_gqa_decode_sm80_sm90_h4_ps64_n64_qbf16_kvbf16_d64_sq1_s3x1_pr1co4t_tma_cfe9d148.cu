@@ -547,6 +547,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -556,7 +558,6 @@ kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the swizzled stages need 1024-byte alignment: round the base up (the layout keeps room for it)
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

@@ -524,6 +524,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -531,7 +533,6 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSM)
 kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal) {
   extern __shared__ __align__(128) unsigned char smem[];
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

@@ -420,6 +420,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     pipe.release_all();
     pipe.advance();
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -428,7 +430,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_d522f712(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal, const __grid_constant__ kvforge::sm90::TensorMap kv_map) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;

@@ -474,6 +474,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     wg::named_sync(kBarMath, kMathThreads);  // both halves of P are in place
     pv_tile(o, st, p_addr, stage_addr);
   }
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  kvforge_pdl_launch_dependents();
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -482,7 +484,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_4ac76bb9(const __nv_bfloat16* __restrict__ q, const unsigned char* __restrict__ k_cache, const unsigned char* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal, const float* __restrict__ k_scale, const float* __restrict__ v_scale, float k_scale_value, float v_scale_value) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
-  kvforge_pdl_launch_dependents();  // the combine (launched programmatically on sm_90) may start its prologue
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;
