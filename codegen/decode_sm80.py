@@ -55,7 +55,8 @@ class Sm80DecodeConfig(DecodeConfig):
         "tile: no 16-bit tile, no convert warps)")
     fp8_v_convert: Literal["cvt", "bits"] | None = Field(
         default=None, description="fp8 register path: V to the PV input by the conversion unit (cvt.rn.f16x2.e4m3x2, "
-        "fp16 PV) or by bit moves into bf16 (integer units, bf16 PV); default: bits for block scales, else cvt")
+        "fp16 PV; block scales ride on P as V scale over their running maximum) or by bit moves into bf16 "
+        "(integer units, bf16 PV); default: cvt (measured faster for every layout)")
     kv_load: Literal["cp_async", "bulk", "tma"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, one "
         "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer), or (GQA; "
@@ -156,9 +157,6 @@ class Sm80DecodeConfig(DecodeConfig):
                              f"'block'; {self.scale_mode!r} uses fp8_convert='ring'")
         if self.convert is not None:
             raise ValueError(f"{where}.convert: fp8_convert='registers' has no convert warps; remove convert")
-        if self.fp8_v_convert == "cvt" and self.scale_mode == "block":
-            raise ValueError(f"{where}.fp8_v_convert='cvt': block scales need bf16's range for P x scale; use "
-                             "'bits' (or leave it unset)")
         if self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
             raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: fp8 register dequantization swizzles "
                              "rows of 64, 128, 256 or 576 bytes")
@@ -351,15 +349,19 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def raw_bf16_v(self) -> bool:
-        """Register path: V moved bit-wise into bf16 (value x 2^-120, no conversion unit) for PV, with
-        P carrying 2^100 and the output 2^20: the default for block scales, which need bf16's range
-        for P x scale. Per-tensor scales convert V with cvt (fp16 PV): measured faster than the bit
-        moves at every shape, MLA included (bench/RESULTS.md)."""
-        if not self.fp8_registers:
-            return False
-        if self.fp8_v_convert is not None:
-            return self.fp8_v_convert == "bits"
-        return self.scale_mode == "block"
+        """Register path, fp8_v_convert='bits': V moved bit-wise into bf16 (value x 2^-120, no
+        conversion unit) for PV, with P carrying 2^100 (and each key's block scale) and the output
+        2^20. The default converts V with cvt into fp16 (block scales keep P x scale in fp16's range
+        by a running normalizer, `v_scale_normalized`): measured faster than the bit moves at every
+        shape and layout, MLA included (bench/RESULTS.md)."""
+        return self.fp8_registers and self.fp8_v_convert == "bits"
+
+    @property
+    def v_scale_normalized(self) -> bool:
+        """Block scales with V converted by cvt (fp16 PV): P carries each key's V scale divided by C,
+        the running maximum of the V scales seen per scale block (so P x scale stays <= 1 in fp16);
+        the output is rescaled when C grows and multiplied by C at the end."""
+        return self.fp8_registers and self.scale_mode == "block" and not self.raw_bf16_v
 
     @property
     def kv8_v_offset(self) -> int:

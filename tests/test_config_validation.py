@@ -46,8 +46,6 @@ INVALID = [
     (DecodeConfig, dict(GQA, fp8_v_convert="bits"), ["fp8_v_convert='bits'", "register path", "kv_dtype='bf16'"]),
     (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_v_convert="bits",
                         convert={"num_load_stages": 2}), ["fp8_v_convert='bits'", "set fp8_convert='registers'"]),
-    (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="block", scale_block_size=32, fp8_convert="registers",
-                        fp8_v_convert="cvt"), ["fp8_v_convert='cvt'", "block scales need bf16's range", "'bits'"]),
     (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_convert="registers",
                         fp8_v_convert="sideways"), ["fp8_v_convert='sideways'", "'cvt' or 'bits'"]),
     (DecodeConfig, dict(GQA, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_convert="diagonal"),

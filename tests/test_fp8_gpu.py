@@ -232,6 +232,40 @@ def test_gqa_fp8_tma_tiles(d, page_size, group, s_q, dtype, scale_as):
     _check("gqa_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("factor", [1.0, 1e-4, 300.0])
+@pytest.mark.parametrize("d,block,page_size,group,s_q", [(128, 64, 16, 4, 1), (128, 128, 32, 8, 2), (256, 128, 64, 2, 1),
+                                                         (64, 32, 16, 16, 4), (128, 32, 128, 4, 1)])
+def test_gqa_fp8_block_scales_with_v_converted_by_cvt(factor, d, block, page_size, group, s_q):
+    """fp8_v_convert='cvt' with block scales: V through the conversion unit into fp16, P carrying each
+    key's V scale over C (the running maximum of the V scales per scale block; the output rescaled
+    when C grows, times C at the end). V scaled by 1e-4 and 300 before quantizing puts its scales far
+    from 1, where an unnormalized fp16 P x scale would lose precision or overflow."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d, s_q=s_q,
+                               backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": "cvt"})
+    assert cfg.v_scale_normalized and cfg.pv_dtype == "fp16"
+    hkv = 2
+    lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q]
+    base = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=hkv * group, hkv=hkv, d=d, page_size=page_size,
+                     lens=lens, seed=d + block + group)
+    base.v.mul_(factor)
+    k, ks, deq_k = _quantize(base.k, "block", block)
+    v, vs, deq_v = _quantize(base.v, "block", block)
+    c = Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    import torch
+
+    torch.cuda.synchronize()
+    want_o, want_l = reference("gqa_decode", base.host, causal=s_q > 1, k=deq_k, v=deq_v)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"V x {factor}, against the dequantized cache")
+
+
 @pytest.mark.parametrize("family,heads,d,page_size,dtype", [("gqa_decode", 4, 128, 16, "bf16"),
                                                          ("gqa_decode", 8, 64, 32, "fp16"),
                                                          ("mla_decode", 16, 576, 64, "bf16")])

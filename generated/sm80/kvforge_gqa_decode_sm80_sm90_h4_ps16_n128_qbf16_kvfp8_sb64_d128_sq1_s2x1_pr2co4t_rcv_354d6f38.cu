@@ -20,9 +20,9 @@ namespace {
 using T = __nv_bfloat16;      // q and out
 using TM = __half;  // the MMA's inputs (Q, K, P, V in shared memory)
 using Mma = kvforge::sm80::MmaType<TM>;
-using TPV = __nv_bfloat16;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
+using TPV = __half;  // PV's inputs (P, V): TM, or bf16 for fp8 block scales dequantized in registers
 using MmaPV = kvforge::sm80::MmaType<TPV>;
-constexpr float kPStoreScale = 0x1p100f;  // P in shared memory: x 2^100 where PV reads bf16 V x 2^-120
+constexpr float kPStoreScale = 1.f;  // P in shared memory: x 2^100 where PV reads bf16 V x 2^-120
 using OutPack = kvforge::sm80::MmaType<T>;
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
@@ -113,15 +113,19 @@ using LoadRing = Ring;
 constexpr bool kBlockRegisters = true;
 constexpr int kKV8ScaleOffset = 32768;
 constexpr int kScaleSpan = 64;  // columns per block scale
-constexpr bool kRawBf16V = true;  // PV on bf16 V x 2^-120 (P, out biased)
+constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers) && kConvertWarps == 0, "threads");
 static_assert(kKV8Stride == kTokenBytes && kStageBytes == kKV8StageBytes && kVOffset == kKV8VOffset &&
               kColsPerWarp % 32 == 0, "fp8 register tiles");
 static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
                                    kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
-                                   (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0) && kRawBf16V),
+                                   (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
               "fp8 block scales apart");
+// block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
+constexpr bool kVScaleNormalized = true;
+constexpr int kVBlocksPerWarp = kColsPerWarp >= kScaleSpan ? kColsPerWarp / kScaleSpan : 1;
+static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V), "normalized V scales: block scales, cvt V");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 using KV8Tile = tile::Fp8SwizzledRows<kKV8Stride, kFp8Swizzle>;
@@ -316,6 +320,7 @@ struct ConsumerState {
   int last_key[2];  // the last key each of this thread's two rows may see
   float m[2];       // running row max, log2 domain
   float l[2];       // this thread's share of the row sums
+  float v_max[kVBlocksPerWarp];  // C: the largest V scale seen so far in each scale block of this warp's columns
 };
 
 // One k16 step of S[16 x keys] += Q[rows, k0..k0+15] K[keys, k0..k0+15]^T.
@@ -526,12 +531,33 @@ __device__ __forceinline__ void pv_cols32_e4m3(float (*o)[4], const FragA& p, co
 }
 
 // PV phase: O += P V over this warp's V columns, 32 at a time (four n8 tiles per fp8 load).
-__device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], const ConsumerState& st,
+__device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], ConsumerState& st,
                                              const unsigned char* p_smem, const unsigned char* stage) {
-  // fp32 P of rows g, g + 8 at this thread's keys 4t..4t+3, times each key's V scale (x kPBias) per
-  // V block, rounded once to bf16: the k-permuted A fragment
+  // fp32 P of rows g, g + 8 at this thread's keys 4t..4t+3, times each key's V scale per V block
+  // (x kPBias for bf16 V x 2^-120; or / C for fp16 V), rounded once: the k-permuted A fragment
   const float* v_scales = reinterpret_cast<const float*>(stage + kKV8ScaleOffset) + kScaleBlocks * kBN;
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  // C per scale block: grows to the tile's largest V scale (the output rescaled by old C / new C), so
+  // every P x scale / C <= 1 (fp16 keeps its precision whatever the scales' magnitude)
+  float v_mul[kVBlocksPerWarp];
+#pragma unroll
+  for (int b = 0; b < kVBlocksPerWarp; ++b) {
+    const int blk = (st.cg * kColsPerWarp) / kScaleSpan + b;
+    float c = 0.f;
+    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleBlocks + blk]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
+    if (c > st.v_max[b]) {
+      const float f = st.v_max[b] / c;
+      constexpr int kGroups = kColsPerWarp >= kScaleSpan ? kScaleSpan / 32 : kColsPerWarp / 32;
+#pragma unroll
+      for (int i = 0; i < 4 * kGroups; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[b * 4 * kGroups + i][e] *= f;
+      st.v_max[b] = c;
+    }
+    v_mul[b] = st.v_max[b] > 0.f ? 1.f / st.v_max[b] : 0.f;
+  }
 #pragma unroll
   for (int k0 = 0; k0 < kBN; k0 += 16) {
     const float4 p0 = *reinterpret_cast<const float4*>(p_smem + (st.rg * 16 + g) * kPStride + (k0 + 4 * tq) * 4);
@@ -542,8 +568,9 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], co
       if (c % kScaleSpan == 0) {
         const int blk = (st.cg * kColsPerWarp + c) / kScaleSpan;
         const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleBlocks + blk;
-        const float4 sc = make_float4(key_scales[0] * kPBias, key_scales[kScaleBlocks] * kPBias,
-                                      key_scales[2 * kScaleBlocks] * kPBias, key_scales[3 * kScaleBlocks] * kPBias);
+        const float mul = v_mul[c / kScaleSpan];
+        const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleBlocks] * mul,
+                                      key_scales[2 * kScaleBlocks] * mul, key_scales[3 * kScaleBlocks] * mul);
         p.r[0] = MmaPV::pack(p0.x * sc.x, p0.y * sc.y);
         p.r[1] = MmaPV::pack(p1.x * sc.x, p1.y * sc.y);
         p.r[2] = MmaPV::pack(p0.z * sc.z, p0.w * sc.w);
@@ -663,6 +690,8 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     st.m[i] = neg_inf();
     st.l[i] = 0.f;
   }
+#pragma unroll
+  for (int b = 0; b < kVBlocksPerWarp; ++b) st.v_max[b] = 0.f;
   // fp8 register path: all of Q's k-permuted fragments stay in registers
   FragA qp[kQInRegisters ? kQFrags : 1];
   if constexpr (kQInRegisters) {
@@ -705,6 +734,11 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
   }
   // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
   kvforge_pdl_launch_dependents();
+  // P carried V scale / C: the output times C, per scale block
+#pragma unroll
+  for (int i = 0; i < kColsPerWarp / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[i][e] *= st.v_max[kColsPerWarp >= kScaleSpan ? i * 8 / kScaleSpan : 0];
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
@@ -743,7 +777,6 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t
     scale_log2 *= k_scale != nullptr ? *k_scale : k_scale_value;
     out_scale = v_scale != nullptr ? *v_scale : v_scale_value;
   }
-  out_scale *= kOutBias;  // PV ran on bf16 V x 2^-120 with P x kPBias
   if (warp >= kConsumerWarps) {
     producer_loop8(ring, smem, k_cache, v_cache, k_scale, v_scale, bt_row,
                    num_kv_heads, kv_head, w, warp - kConsumerWarps, lane);

@@ -120,8 +120,12 @@ static_assert(kKV8Stride == kTokenBytes && kStageBytes == kKV8StageBytes && kVOf
               kColsPerWarp % 32 == 0, "fp8 register tiles");
 static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
                                    kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
-                                   (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0) && kRawBf16V),
+                                   (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
               "fp8 block scales apart");
+// block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
+constexpr bool kVScaleNormalized = false;
+constexpr int kVBlocksPerWarp = kColsPerWarp >= kScaleSpan ? kColsPerWarp / kScaleSpan : 1;
+static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V), "normalized V scales: block scales, cvt V");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 using KV8Tile = tile::Fp8SwizzledRows<kKV8Stride, kFp8Swizzle>;
@@ -489,7 +493,7 @@ __device__ __forceinline__ void pv_cols32_e4m3(float (*o)[4], const FragA& p, co
 }
 
 // PV phase: O += P V over this warp's V columns, 32 at a time (four n8 tiles per fp8 load).
-__device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], const ConsumerState& st,
+__device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], ConsumerState& st,
                                              const unsigned char* p_smem, const unsigned char* stage) {
 #pragma unroll
   for (int k0 = 0; k0 < kBN; k0 += 16) {
