@@ -207,14 +207,14 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
 # trigger their dependents once every tile is consumed, the combine waits (griddepcontrol). Measured
 # on the H200 (bench/pdl_ab.py, bench/RESULTS.md): sm80-backend kernels 1.004-1.058x faster on the
 # split shapes; the sm90 MLA kernel 0.80x at b=1 (1.01x at b=32), so it keeps the plain launch.
+# Unmeasured arches (sm_100a) keep the plain launch too.
 PDL_BACKENDS = ("sm80",)
+PDL_ARCHS = ("sm_90",)
 
 
 def combine_pdl(config: DecodeConfig) -> bool:
     """Whether the runtime launches this variant's combine programmatically by default."""
-    from .arch import arch_spec
-
-    return config.backend in PDL_BACKENDS and arch_spec(config.arch).has_pdl
+    return config.backend in PDL_BACKENDS and config.arch in PDL_ARCHS
 
 
 # sm90 MLA on sm_90 from this many query rows per CTA (heads x s_q) up; below, the sm80 kernel's
