@@ -54,3 +54,33 @@ def test_v_reads_are_conflict_free(chunks):
                     addrs.append(row * stride + _position(swz, row, col // 16) * 16 + col % 16)
                 worst = max(worst, _conflict_degree(addrs))
     assert worst == (1 if chunks % 8 == 0 else 2)
+
+
+def _tma_offset(rows, row, byte):
+    """Swizzle128Tile<rows, 1>: the TMA's 128-byte swizzle over 128-byte column chunks stacked
+    [chunk][row][128 B], 16-byte unit u of row r at u ^ (r % 8)."""
+    return (byte // 128) * rows * 128 + row * 128 + (((byte // 16) % 8) ^ (row % 8)) * 16 + byte % 16
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_tma_filled_tiles_are_read_without_conflicts_in_the_ptx_key_order(d):
+    """kv_load='tma' fp8 tiles: K^T reads (keys n0 + g, bytes k0 + 4t) are conflict-free under the
+    TMA's swizzle, and V's reads are when each thread's keys keep the PTX order (2t, 2t+1, 2t+8,
+    2t+9: `kNaturalKeys`); the register path's k-permuted order (4t + r) would be 2-way conflicted."""
+    rows = 64
+    for n0 in range(0, rows, 8):
+        for k0 in range(0, d, 16):
+            addrs = [_tma_offset(rows, n0 + lane // 4, k0 + 4 * (lane % 4)) for lane in range(32)]
+            assert _conflict_degree(addrs) == 1, (n0, k0)
+    worst = {"natural": 0, "k4": 0}
+    for k0 in range(0, rows, 16):
+        for c0 in range(0, d, 32):
+            for r in range(4):
+                for order in worst:
+                    addrs = []
+                    for lane in range(32):
+                        g, t = lane // 4, lane % 4
+                        row = k0 + (2 * t + (r & 1) + 8 * (r >> 1) if order == "natural" else 4 * t + r)
+                        addrs.append(_tma_offset(rows, row, c0 + 16 * (g // 4) + 4 * (g % 4)))
+                    worst[order] = max(worst[order], _conflict_degree(addrs))
+    assert worst == {"natural": 1, "k4": 2}
