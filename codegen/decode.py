@@ -250,7 +250,7 @@ class DecodeConfig(BaseModel):
         """The main kernel's TMA tensor-map arguments, last in its signature: (argument name, the
         cache it maps: 'k_cache' or 'v_cache', geometry) each; none by default. The geometry is
         what runtime/tensor_map.py and the C launchers encode: a contiguous cache
-        [num_pages][page_size][row_elems] of 16-bit elements (row_elems, row_bytes and page_bytes
+        [num_pages][page_size][row_elems] of 16-bit or fp8 elements (row_elems, row_bytes and page_bytes
         times num_kv_heads at run time when `per_kv_head`), boxes of {box_cols, box_rows, 1},
         128-byte swizzle."""
         return ()

@@ -367,6 +367,17 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.fp8_registers and self.scale_mode == "block" and not self.raw_bf16_v
 
     @property
+    def v_block_tiles(self) -> int:
+        """`v_scale_normalized`: a warp's output n8 tiles per V scale block it spans (a warp's
+        columns cover whole scale blocks, or lie inside one)."""
+        return min(self.scale_span, self.cols_per_warp) // 8 if self.v_scale_normalized else 0
+
+    @property
+    def v_blocks_per_warp(self) -> int:
+        """`v_scale_normalized`: the V scale blocks one warp's columns span (each has its own C)."""
+        return self.cols_per_warp // 8 // self.v_block_tiles if self.v_scale_normalized else 0
+
+    @property
     def kv8_v_offset(self) -> int:
         return 0 if self.family == "mla_decode" else self.block_n * self.kv8_row_stride
 

@@ -97,7 +97,8 @@ class DecodePlan:
         # when a cache pointer, the page count or the KV head count changes)
         from .tensor_map import PagedKVMaps
 
-        self._tensor_maps = [(PagedKVMaps(geometry, cache), m.slots[m.index[arg]], 1 if cache == "k_cache" else 2)
+        # (encoder, argument slot, index of the mapped cache's pointer in a call's ptrs: CALL_ARGS order)
+        self._tensor_maps = [(PagedKVMaps(geometry, cache), m.slots[m.index[arg]], CALL_ARGS.index(cache))
                              for arg, cache, geometry in cfg.tensor_maps()]
         self._map_keys: list = [None] * len(self._tensor_maps)
         self._stream_workspaces: dict[tuple, object] = {}

@@ -210,7 +210,7 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 
 // ---- producer: KV tiles by TMA (sm_90+) ----------------------------------------------------------
 // One producer warp. A tile whose keys all lie before key_end arrives as kBoxesPerTile x
-// kChunksPerTile boxes each of K and V (kBoxRows rows of one page, 64 columns of this KV head),
+// kChunksPerTile boxes each of K and V (kBoxRows rows of one page, kBoxCols columns of this KV head),
 // issued by lane 0 after it announces the tile's bytes (arrive.expect_tx; the other lanes arrive
 // plainly). The split plan starts every tile at a multiple of kBN keys, so boxes never straddle
 // pages. The sequence's last, partial tile is gathered by the whole warp with 16-byte cp.async into

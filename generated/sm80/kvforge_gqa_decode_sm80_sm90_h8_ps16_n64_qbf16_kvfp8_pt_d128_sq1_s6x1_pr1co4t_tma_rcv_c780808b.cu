@@ -125,8 +125,11 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
               "fp8 block scales apart");
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = false;
-constexpr int kVBlocksPerWarp = kColsPerWarp >= kScaleSpan ? kColsPerWarp / kScaleSpan : 1;
-static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V), "normalized V scales: block scales, cvt V");
+constexpr int kVBlocksPerWarp = 0;  // scale blocks a warp's V columns span
+constexpr int kVBlockTiles = 0;  // the warp's output n8 tiles per such block
+static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V) &&
+              (!kVScaleNormalized || kVBlocksPerWarp * kVBlockTiles * 8 == kColsPerWarp),
+              "normalized V scales: block scales, cvt V");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 // TMA-filled tiles: 128-byte swizzle in 128-column chunks; V's keys in the PTX order, P an ordinary A fragment
@@ -259,7 +262,7 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 
 // ---- producer: KV tiles by TMA (sm_90+) ----------------------------------------------------------
 // One producer warp. A tile whose keys all lie before key_end arrives as kBoxesPerTile x
-// kChunksPerTile boxes each of K and V (kBoxRows rows of one page, 64 columns of this KV head),
+// kChunksPerTile boxes each of K and V (kBoxRows rows of one page, kBoxCols columns of this KV head),
 // issued by lane 0 after it announces the tile's bytes (arrive.expect_tx; the other lanes arrive
 // plainly). The split plan starts every tile at a multiple of kBN keys, so boxes never straddle
 // pages. The sequence's last, partial tile is gathered by the whole warp with 16-byte cp.async into

@@ -124,8 +124,11 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
               "fp8 block scales apart");
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = true;
-constexpr int kVBlocksPerWarp = kColsPerWarp >= kScaleSpan ? kColsPerWarp / kScaleSpan : 1;
-static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V), "normalized V scales: block scales, cvt V");
+constexpr int kVBlocksPerWarp = 1;  // scale blocks a warp's V columns span
+constexpr int kVBlockTiles = 8;  // the warp's output n8 tiles per such block
+static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V) &&
+              (!kVScaleNormalized || kVBlocksPerWarp * kVBlockTiles * 8 == kColsPerWarp),
+              "normalized V scales: block scales, cvt V");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 using KV8Tile = tile::Fp8SwizzledRows<kKV8Stride, kFp8Swizzle>;
@@ -549,11 +552,10 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
     for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
     if (c > st.v_max[b]) {
       const float f = st.v_max[b] / c;
-      constexpr int kGroups = kColsPerWarp >= kScaleSpan ? kScaleSpan / 32 : kColsPerWarp / 32;
 #pragma unroll
-      for (int i = 0; i < 4 * kGroups; ++i)
+      for (int i = 0; i < kVBlockTiles; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[b * 4 * kGroups + i][e] *= f;
+        for (int e = 0; e < 4; ++e) o[b * kVBlockTiles + i][e] *= f;
       st.v_max[b] = c;
     }
     v_mul[b] = st.v_max[b] > 0.f ? 1.f / st.v_max[b] : 0.f;
@@ -568,7 +570,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
       if (c % kScaleSpan == 0) {
         const int blk = (st.cg * kColsPerWarp + c) / kScaleSpan;
         const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleBlocks + blk;
-        const float mul = v_mul[c / kScaleSpan];
+        const float mul = v_mul[c / 8 / kVBlockTiles];
         const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleBlocks] * mul,
                                       key_scales[2 * kScaleBlocks] * mul, key_scales[3 * kScaleBlocks] * mul);
         p.r[0] = MmaPV::pack(p0.x * sc.x, p0.y * sc.y);
@@ -738,7 +740,7 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
 #pragma unroll
   for (int i = 0; i < kColsPerWarp / 8; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[i][e] *= st.v_max[kColsPerWarp >= kScaleSpan ? i * 8 / kScaleSpan : 0];
+    for (int e = 0; e < 4; ++e) o[i][e] *= st.v_max[i / kVBlockTiles];
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace

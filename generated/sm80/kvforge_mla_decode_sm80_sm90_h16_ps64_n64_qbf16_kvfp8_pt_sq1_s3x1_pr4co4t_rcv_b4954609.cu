@@ -124,8 +124,11 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 
               "fp8 block scales apart");
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = false;
-constexpr int kVBlocksPerWarp = kColsPerWarp >= kScaleSpan ? kColsPerWarp / kScaleSpan : 1;
-static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V), "normalized V scales: block scales, cvt V");
+constexpr int kVBlocksPerWarp = 0;  // scale blocks a warp's V columns span
+constexpr int kVBlockTiles = 0;  // the warp's output n8 tiles per such block
+static_assert(kVScaleNormalized == (kBlockRegisters && !kRawBf16V) &&
+              (!kVScaleNormalized || kVBlocksPerWarp * kVBlockTiles * 8 == kColsPerWarp),
+              "normalized V scales: block scales, cvt V");
 static_assert(kRawBf16V == kvforge::fp8::IsBf16<TPV>::value, "raw bf16 V is PV's input type");
 static_assert(kPStoreScale == (kRawBf16V ? kPBias : 1.f), "P carries the raw bf16 V's bias");
 using KV8Tile = tile::Fp8SwizzledRows<kKV8Stride, kFp8Swizzle>;
