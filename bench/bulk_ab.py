@@ -1,6 +1,7 @@
-"""A/B of the GQA producers on sm_90: one cp.async.bulk per K/V row (kv_load='bulk', the runtime's
-choice at D >= 128) against 16-byte cp.async per lane (kv_load='cp_async'), same ring and warps,
-on every GQA shape of the benchmark.
+"""A/B of the sm80 kernel's producers on sm_90: one cp.async.bulk per K/V row (kv_load='bulk', the
+runtime's choice for 16-bit GQA at D >= 128) against 16-byte cp.async per lane (kv_load='cp_async'),
+same ring and warps, on every GQA shape of the benchmark and the MLA shapes the sm80 kernel runs
+(16 query rows or fewer: 1152-byte rows, one copy each).
 
     python bench/bulk_ab.py [--rounds 3]
 
@@ -18,7 +19,7 @@ from kvforge.codegen.errors import build  # noqa: E402
 
 
 def variants(sh):
-    if sh.family != "gqa_decode":
+    if sh.family == "mla_decode" and sh.hq * sh.s_q > 16:  # the sm90 kernel's shapes
         return None
     data = sm80_config(sh).model_dump(mode="json")
     return {load: build(DecodeConfig, {**data, "kv_load": load}) for load in ("bulk", "cp_async")}

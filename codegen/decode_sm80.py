@@ -106,9 +106,6 @@ class Sm80DecodeConfig(DecodeConfig):
             if self.arch not in BULK_ARCHS:
                 raise ValueError(f"{where}.kv_load={self.kv_load!r}: {what} exists on {', '.join(BULK_ARCHS)}; "
                                  f"{self.arch} has none (use 'cp_async')")
-            if self.family == "mla_decode" and self.kv_load == "bulk":
-                raise ValueError(f"{where}.kv_load='bulk': bulk-copy producers are run and tested for gqa_decode "
-                                 "only; use 'cp_async' for mla_decode (its sm90 backend loads by TMA)")
             if self.is_fp8 and self.kv_load == "bulk":
                 raise ValueError(f"{where}.kv_load='bulk': the fp8 tiles are filled by cp.async or (GQA, per-tensor "
                                  "scales, fp8_convert='registers') TMA; use 'cp_async' or 'tma'")

@@ -103,12 +103,15 @@ def _ring_candidates(fp8: bool, family: str, head_dim: int = 0, preferred_tile: 
                        {"num_load_stages": load_stages, "num_convert": convert})
 
 
-# How the sm80 kernel's producers fill 16-bit GQA rings on sm_90 (measured on the H200,
-# bench/RESULTS.md "Bulk-copy producers" and "TMA producers"): D >= 128 by cp.async.bulk, one copy
-# per K/V row (1-4% faster than 16-byte cp.async; TMA boxes measured 1-5% slower there); D = 64 by
-# TMA boxes of page rows x 64 columns at four CTAs per SM (5% faster than cp.async, whose
-# 128-byte rows leave bulk copies issue-bound).
+# How the sm80 kernel's producers fill 16-bit rings on sm_90 (measured on the H200, bench/RESULTS.md
+# "Bulk-copy producers", "TMA producers" and "Bulk copies for MLA"): GQA D >= 128 by cp.async.bulk,
+# one copy per K/V row (1-4% faster than 16-byte cp.async; TMA boxes measured 1-5% slower there);
+# GQA D = 64 by TMA boxes of page rows x 64 columns at four CTAs per SM (5% faster than cp.async,
+# whose 128-byte rows leave bulk copies issue-bound); 16-bit MLA at 16 heads per CTA (where the
+# runtime runs MLA on this kernel) by cp.async.bulk per 1152-byte row (1.2-10% faster than
+# cp.async; 32 and 64 heads per CTA, the sm80 fallback: unmeasured, cp.async).
 BULK_MIN_HEAD_DIM = 128
+MLA_BULK_MAX_HEADS = 16
 TMA_HEAD_DIMS = (64,)
 # kv_load='tma': the measured tile per head dim, (block_n, num_kv_stages, num_producer, column groups)
 TMA_TILES = {64: (64, 3, 1, 4)}
@@ -120,10 +123,12 @@ FP8_TMA_TILES = {128: (64, 6, 1, 4), 256: (64, 3, 1, 4)}
 
 
 def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool, scale_mode: str = "none",
-                   fp8_convert: str = "registers") -> str:
+                   fp8_convert: str = "registers", heads_per_cta: int = 16) -> str:
     """How the sm80 kernel's producers fill the ring for these shapes: 'cp_async', 'bulk' or 'tma'."""
-    if family != "gqa_decode" or arch != "sm_90":
+    if arch != "sm_90":
         return "cp_async"
+    if family == "mla_decode":  # measured where the runtime runs MLA on this kernel (16 heads per CTA)
+        return "bulk" if not fp8 and heads_per_cta <= MLA_BULK_MAX_HEADS else "cp_async"
     if fp8:
         tma = scale_mode == "per_tensor" and fp8_convert == "registers" and head_dim in FP8_TMA_HEAD_DIMS
         return "tma" if tma else "cp_async"
@@ -152,7 +157,7 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
         tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
         preferred_tile = tiles.get(dqk, ())
     load = (explicit or {}).get("kv_load") or kv_load_choice(
-        family, arch, dqk, fp8, base.get("scale_mode", "none"), "registers" if registers else "ring")
+        family, arch, dqk, fp8, base.get("scale_mode", "none"), "registers" if registers else "ring", hpc)
     if load != "cp_async":
         base["kv_load"] = load
     if load == "tma":  # the measured tile first, then the usual search

@@ -28,7 +28,6 @@ INVALID = [
     (DecodeConfig, dict(GQA, kv_load="bulk", kv_dtype="fp8_e4m3", scale_mode="per_tensor",
                         convert={"num_load_stages": 2}), ["kv_load='bulk'", "fp8", "'cp_async' or 'tma'"]),
     (DecodeConfig, dict(GQA, kv_load="dma"), ["kv_load", "'cp_async', 'bulk' or 'tma'"]),
-    (DecodeConfig, dict(MLA, kv_load="bulk"), ["kv_load='bulk'", "gqa_decode only", "'cp_async'"]),
     (DecodeConfig, dict(GQA, kv_load="tma", pipeline={"num_kv_stages": 2, "num_producer": 2}), ["pipeline.num_producer=2", "kv_load='tma'", "use 1"]),
     (DecodeConfig, dict(GQA, arch="sm_89", kv_load="tma", pipeline={"num_kv_stages": 2, "num_producer": 1}),
      ["kv_load='tma'", "sm_90, sm_100a", "'cp_async'"]),

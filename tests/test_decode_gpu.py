@@ -156,6 +156,27 @@ def test_gqa_tma_bulk_copy_and_cp_async_producers(kv_load, d, page_size, s_q):
     _check("gqa_decode", case, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("page_size,heads,s_q", [(16, 16, 1), (64, 8, 2), (128, 16, 1), (32, 4, 4)])
+def test_mla_bulk_copy_producers(page_size, heads, s_q):
+    """MLA on the sm80 kernel with kv_load='bulk' (one cp.async.bulk per 1152-byte row) on ragged
+    lengths: 0/1, a split long sequence, partial last tiles, NaN-poisoned outputs."""
+    import kvforge
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"kv_load='bulk' needs sm_90 or newer; this device is {device_arch(0)}")
+    cfg = select_decode_config("mla_decode", device_arch(0), "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", kv_load="bulk")
+    assert cfg.kv_load == "bulk" and cfg.backend == "sm80"
+    case = make_case("mla_decode", batch=5, s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size,
+                     lens=[0 if s_q == 1 else s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n], seed=page_size + heads)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse,
+                       config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("d,page_size,group,s_q,dtype", [
     (64, 16, 1, 1, "bf16"), (64, 64, 8, 2, "fp16"), (128, 64, 16, 1, "bf16"), (128, 128, 1, 4, "fp16"),
     (256, 16, 4, 1, "fp16"), (256, 32, 16, 8, "bf16"), (128, 16, 16, 8, "bf16"), (64, 128, 2, 1, "bf16")])

@@ -162,6 +162,21 @@ def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128_and_by_tma_at_d64(d, arc
         assert [a for a, _, _ in cfg.tensor_maps()] == ["k_map", "v_map"]
 
 
+@pytest.mark.parametrize("page_size,heads,s_q,arch,load", [
+    (64, 16, 1, "sm_90", "bulk"), (16, 8, 2, "sm_90", "bulk"), (128, 4, 4, "sm_90", "bulk"),
+    (64, 16, 1, "sm_89", "cp_async"), (64, 16, 1, "sm_100a", "cp_async")])
+def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, heads, s_q, arch, load):
+    """Measured on the H200 (bench/RESULTS.md "Bulk copies for MLA"): one cp.async.bulk per
+    1152-byte row is 1.2-10% faster than 16-byte cp.async for MLA's 16-row CTAs; other arches
+    keep cp.async, and so do fp8 caches."""
+    cfg = select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80")
+    assert cfg.kv_load == load
+    if arch == "sm_90":
+        assert select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                                    backend="sm80", scale_mode="per_tensor").kv_load == "cp_async"
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("page_size", [16, 128])
 def test_kv_load_pins_tma_for_every_gqa_head_dim(d, page_size):
