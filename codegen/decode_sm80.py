@@ -106,9 +106,11 @@ class Sm80DecodeConfig(DecodeConfig):
             if self.arch not in BULK_ARCHS:
                 raise ValueError(f"{where}.kv_load={self.kv_load!r}: {what} exists on {', '.join(BULK_ARCHS)}; "
                                  f"{self.arch} has none (use 'cp_async')")
-            if self.is_fp8 and self.kv_load == "bulk":
-                raise ValueError(f"{where}.kv_load='bulk': the fp8 tiles are filled by cp.async or (GQA, per-tensor "
-                                 "scales, fp8_convert='registers') TMA; use 'cp_async' or 'tma'")
+            if self.is_fp8 and self.kv_load == "bulk" and not self.fp8_bulk_rows:
+                raise ValueError(f"{where}.kv_load='bulk': fp8 tiles are bulk-copied for mla_decode with "
+                                 "scale_mode='per_tensor' and fp8_convert='registers' only; otherwise they are filled "
+                                 "by cp.async or (GQA, per-tensor scales, fp8_convert='registers') TMA; use "
+                                 "'cp_async' or 'tma'")
         if self.kv_load == "tma":
             self._validate_tma(where)
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
@@ -172,11 +174,19 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.is_fp8 and self.fp8_convert == "registers"
 
     @property
+    def fp8_bulk_rows(self) -> bool:
+        """fp8 MLA, per-tensor scales, register path, kv_load='bulk': one cp.async.bulk per 576-byte
+        token into rows padded to 592 bytes (no swizzle: a bulk copy lands contiguously; K's reads
+        stay conflict-free, V's 2-way, as with the swizzle)."""
+        return (self.fp8_registers and self.kv_load == "bulk" and self.family == "mla_decode"
+                and self.scale_mode == "per_tensor")
+
+    @property
     def fp8_swizzle(self) -> int:
         """fp8 register path: the XOR applied to each row's 16-byte chunk index (chunk c of row r
         lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle, or the TMA's own
-        128-byte swizzle: kv_load='tma') otherwise."""
-        if not self.fp8_registers or self.kv_load == "tma":
+        128-byte swizzle: kv_load='tma', or padded bulk-copied rows) otherwise."""
+        if not self.fp8_registers or self.kv_load in ("tma", "bulk"):
             return 0
         return sum(f << (3 * r) for r, f in enumerate(fp8_row_swizzle(self.kv_token_bytes // 16)))
 
@@ -314,7 +324,7 @@ class Sm80DecodeConfig(DecodeConfig):
         """Bytes per fp8 row in SMEM: the token, then its block scales, 16-byte aligned (the register
         path keeps rows at the token's size, swizzled, and the scales apart)."""
         if self.fp8_registers:
-            return self.kv_token_bytes
+            return self.kv_token_bytes + (ROW_PAD if self.kv_load == "bulk" else 0)
         return -(-(self.kv_token_bytes + 4 * self.load_scale_words) // 16) * 16
 
     @property

@@ -155,6 +155,34 @@ def test_mla_fp8_per_tensor_on_each_dequantization_path(path, heads, s_q, page_s
     _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("heads,s_q,page_size,dtype,producers,stages", [
+    (16, 1, 64, "bf16", 1, 3), (16, 2, 32, "bf16", 2, 2), (8, 1, 16, "fp16", 1, 4), (16, 1, 128, "bf16", 4, 3),
+    (4, 4, 64, "bf16", 1, 2)])
+def test_mla_fp8_per_tensor_rows_by_bulk_copy(heads, s_q, page_size, dtype, producers, stages):
+    """kv_load='bulk' for per-tensor MLA on the register path (sm_90): one cp.async.bulk per 576-byte
+    token into rows padded to 592 bytes, stale V rows past the end zeroed by the producers (the
+    cache holds fp8 NaN there); ragged lengths, a split sequence, 1-4 producer warps, 2-4 stages."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if device_arch(0) not in ("sm_90", "sm_100a"):
+        pytest.skip(f"kv_load='bulk' needs sm_90 or newer; this device is {device_arch(0)}")
+    cfg = select_decode_config("mla_decode", device_arch(0), dtype, page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", scale_mode="per_tensor", fp8_convert="registers", kv_load="bulk")
+    data = cfg.model_dump(mode="json")
+    cfg = build(DecodeConfig, {**data, "pipeline": {**data["pipeline"], "num_producer": producers,
+                                                    "num_kv_stages": stages}})
+    assert cfg.kv_load == "bulk" and cfg.fp8_bulk_rows and cfg.kv8_row_stride == 592
+    lens = LENS_RAGGED + [3000] if s_q == 1 else [s_q, 300, 1, 77, s_q - 1, 2500]
+    c = make_fp8_case("mla_decode", "per_tensor", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, dtype=dtype, seed=heads + s_q + page_size + producers)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
 @pytest.mark.parametrize("heads,s_q,page_size", [(16, 2, 32), (64, 1, 128), (32, 4, 16), (128, 1, 64)])
 def test_mla_fp8_heads_and_causal_queries(layout, block, heads, s_q, page_size):

@@ -84,3 +84,25 @@ def test_tma_filled_tiles_are_read_without_conflicts_in_the_ptx_key_order(d):
                         addrs.append(_tma_offset(rows, row, c0 + 16 * (g // 4) + 4 * (g % 4)))
                     worst[order] = max(worst[order], _conflict_degree(addrs))
     assert worst == {"natural": 1, "k4": 2}
+
+
+def test_bulk_copied_mla_rows_padded_to_592_bytes_read_like_the_swizzled_ones():
+    """MLA fp8 with kv_load='bulk' (no swizzle: a bulk copy lands contiguously; rows 576 + 16 bytes
+    apart): K's reads stay conflict-free and V's at most 2-way, as with the swizzle."""
+    stride, chunks = 592, 36
+    k_worst = max(_conflict_degree([(n0 + lane // 4) * stride + kc * 16 + 4 * (lane % 4) for lane in range(32)])
+                  for n0 in range(0, 64, 8) for kc in range(chunks))
+    assert k_worst == 1
+    v_worst = 0
+    for k0 in range(0, 64, 16):
+        for c0 in range(0, 512, 32):
+            for r in range(4):
+                addrs = [(k0 + 4 * (lane % 4) + r) * stride + ((c0 >> 4) + ((lane >> 2) >> 2)) * 16 + 4 * ((lane >> 2) & 3)
+                         for lane in range(32)]
+                v_worst = max(v_worst, _conflict_degree(addrs))
+    swz = fp8_row_swizzle(chunks)
+    v_swizzled = max(_conflict_degree([(k0 + 4 * (lane % 4) + r) * 576
+                                       + _position(swz, k0 + 4 * (lane % 4) + r, (c0 >> 4) + (lane >> 4)) * 16
+                                       + 4 * ((lane >> 2) & 3) for lane in range(32)])
+                     for k0 in range(0, 64, 16) for c0 in range(0, 512, 32) for r in range(4))
+    assert v_worst == 2 and v_swizzled == 2

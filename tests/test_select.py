@@ -163,18 +163,25 @@ def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128_and_by_tma_at_d64(d, arc
 
 
 @pytest.mark.parametrize("page_size,heads,s_q,arch,load", [
-    (64, 16, 1, "sm_90", "bulk"), (16, 8, 2, "sm_90", "bulk"), (128, 4, 4, "sm_90", "bulk"),
+    (64, 16, 1, "sm_90", "bulk"), (16, 8, 2, "sm_90", "bulk"), (128, 4, 4, "sm_90", "bulk"), (32, 16, 1, "sm_90", "bulk"),
     (64, 16, 1, "sm_89", "cp_async"), (64, 16, 1, "sm_100a", "cp_async")])
 def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, heads, s_q, arch, load):
     """Measured on the H200 (bench/RESULTS.md "Bulk copies for MLA"): one cp.async.bulk per
-    1152-byte row is 1.2-10% faster than 16-byte cp.async for MLA's 16-row CTAs; other arches
-    keep cp.async, and so do fp8 caches."""
+    1152-byte row is 1.2-10% faster than 16-byte cp.async for MLA's 16-row CTAs, and one per
+    576-byte fp8 token (per-tensor scales, register path, rows padded to 592 bytes) 1.05-1.26x;
+    other arches keep cp.async, and so do fp8 block scales (their load-and-convert ring)."""
     cfg = select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
                                backend="sm80")
     assert cfg.kv_load == load
+    fp8 = select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", scale_mode="per_tensor")
+    # fp8: the register path (16 query rows or fewer) by bulk copies, the load-and-convert ring by cp.async
+    assert fp8.kv_load == (load if fp8.fp8_registers else "cp_async")
+    if fp8.kv_load == "bulk":
+        assert fp8.fp8_bulk_rows and fp8.kv8_row_stride == 592 and fp8.fp8_swizzle == 0
     if arch == "sm_90":
         assert select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
-                                    backend="sm80", scale_mode="per_tensor").kv_load == "cp_async"
+                                    backend="sm80", scale_mode="block", scale_block_size=64).kv_load == "cp_async"
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
@@ -220,8 +227,9 @@ def test_fp8_gqa_takes_tma_for_per_tensor_tiles_of_128_byte_rows_on_sm_90(d, sca
     if load == "tma":
         assert (cfg.block_n, cfg.pipeline.num_producer, cfg.pipeline.num_consumer, cfg.ctas_per_sm) == (64, 1, 4, 2)
         assert cfg.num_kv_stages == (6 if d == 128 else 3)
-    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
-                                scale_mode=scale_mode, scale_block_size=block).kv_load == "cp_async"
+    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
+                               scale_mode=scale_mode, scale_block_size=block)
+    assert mla.kv_load == ("bulk" if scale_mode == "per_tensor" else "cp_async")  # MLA asked for sm_90 here
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])

@@ -200,11 +200,16 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // not cancel; stale K rows are masked out of S), announces its bytes on the full barrier
 // (arrive.expect_tx: the arrive also releases the zero stores) and issues one cp.async.bulk per
 // K and V row. The phase completes when every producer lane has arrived and every byte landed.
-__device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const T* k_cache,
-                                              const T* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
+// fp8 MLA (per-tensor scales, register path): the same, one copy per 576-byte token into rows
+// padded to kKV8Stride.
+using TK = T;
+constexpr u32 kRowBytes = kDqk * sizeof(T);
+constexpr int kRowStride = kKVStride;
+constexpr int kVZeroBytes = kDv * 2;
+__device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
+                                              const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
                                               const Work& w, int pw, int lane) {
   constexpr int kRowsPerLane = (kRowsPerProducer + 31) / 32;
-  constexpr u32 kRowBytes = kDqk * sizeof(T);
   kvforge::PipelineProducer<Ring> pipe{ring};
   const long long token_stride = static_cast<long long>(num_kv_heads) * kDqk;
   for (int t = 0; t < w.num_tiles; ++t) {
@@ -225,16 +230,16 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     for (int r = 0; r < kRowsPerLane; ++r) {
       const int i = lane + 32 * r;
       if (i < kRowsPerProducer && off[r] < 0) {
-        uint4* v_row = reinterpret_cast<uint4*>(stage + kVOffset + (pw + i * kProducers) * kKVStride);
+        uint4* v_row = reinterpret_cast<uint4*>(stage + kVOffset + (pw + i * kProducers) * kRowStride);
 #pragma unroll 4
-        for (int c = 0; c < kDv * 2 / 16; ++c) v_row[c] = make_uint4(0u, 0u, 0u, 0u);
+        for (int c = 0; c < kVZeroBytes / 16; ++c) v_row[c] = make_uint4(0u, 0u, 0u, 0u);
       }
     }
     kvforge::u64* full = pipe.producer_commit_expect_tx(bytes);
 #pragma unroll
     for (int r = 0; r < kRowsPerLane; ++r) {
       if (off[r] < 0) continue;
-      unsigned char* dst = stage + (pw + (lane + 32 * r) * kProducers) * kKVStride;
+      unsigned char* dst = stage + (pw + (lane + 32 * r) * kProducers) * kRowStride;
       kvforge::bulk_copy_g2s(dst, k_cache + off[r], kRowBytes, full);
       if constexpr (!kIsMLA) kvforge::bulk_copy_g2s(dst + kVOffset, v_cache + off[r], kRowBytes, full);
     }
