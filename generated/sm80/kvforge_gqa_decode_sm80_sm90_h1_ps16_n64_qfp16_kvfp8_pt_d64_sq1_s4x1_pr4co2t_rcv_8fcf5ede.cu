@@ -259,23 +259,29 @@ __device__ __forceinline__ void lookup_kv8_rows(const int* bt_row, int num_kv_he
 __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsigned char* k_cache,
                                               const unsigned char* v_cache, const float* k_scale,
                                               const float* v_scale, int pw, int lane, const long long* row_tok) {
-  constexpr int kUnits = kLoadChunks + kScaleWords;  // per row
+  // the rows' 16-byte chunks, then (block scales beside the rows) their 4-byte scales, in loops of
+  // their own so no pass mixes the two kinds of copy across the warp's lanes
 #pragma unroll 4
-  for (int u = lane; u < kRowsPerProducer * kUnits; u += 32) {
-    const int i = u / kUnits, c = u % kUnits;
+  for (int u = lane; u < kRowsPerProducer * kLoadChunks; u += 32) {
+    const int i = u / kLoadChunks, c = u % kLoadChunks;
     const long long tok = row_tok[i];
     const bool valid = tok >= 0;
     const long long t = valid ? tok : 0;
     const int row = pw + i * kProducers;
     unsigned char* dst = stage + row * kKV8Stride;
-    if (kScaleWords == 0 || c < kLoadChunks) {
-      const int at = tile::fp8_chunk<kFp8Swizzle>(row, c) * 16;
-      tile::cp_async_16(dst + at, k_cache + t * kTokenBytes + c * 16, valid);
-      if constexpr (!kIsMLA) tile::cp_async_16(dst + kKV8VOffset + at, v_cache + t * kTokenBytes + c * 16, valid);
-    } else {
-      const int s = c - kLoadChunks;
-      tile::cp_async_4(dst + kTokenBytes + 4 * s, k_scale + t * kScaleBlocks + s, valid);
-      if constexpr (!kIsMLA) tile::cp_async_4(dst + kKV8VOffset + kTokenBytes + 4 * s, v_scale + t * kScaleBlocks + s, valid);
+    const int at = tile::fp8_chunk<kFp8Swizzle>(row, c) * 16;
+    tile::cp_async_16(dst + at, k_cache + t * kTokenBytes + c * 16, valid);
+    if constexpr (!kIsMLA) tile::cp_async_16(dst + kKV8VOffset + at, v_cache + t * kTokenBytes + c * 16, valid);
+  }
+  if constexpr (kScaleWords > 0) {
+    for (int u = lane; u < kRowsPerProducer * kScaleWords; u += 32) {
+      const int i = u / kScaleWords, s = u % kScaleWords;
+      const long long tok = row_tok[i];
+      const bool valid = tok >= 0;
+      const long long t = valid ? tok : 0;
+      unsigned char* dst = stage + (pw + i * kProducers) * kKV8Stride + kTokenBytes + 4 * s;
+      tile::cp_async_4(dst, k_scale + t * kScaleBlocks + s, valid);
+      if constexpr (!kIsMLA) tile::cp_async_4(dst + kKV8VOffset, v_scale + t * kScaleBlocks + s, valid);
     }
   }
   __syncwarp();  // row_tok is rewritten for the next tile
