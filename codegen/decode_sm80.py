@@ -182,6 +182,21 @@ class Sm80DecodeConfig(DecodeConfig):
                 and self.scale_mode == "per_tensor")
 
     @property
+    def bulk_row_bytes(self) -> int:
+        """kv_load='bulk': bytes of one cache row (one K or V row of one KV head; an fp8 token)."""
+        return self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
+
+    @property
+    def bulk_row_stride(self) -> int:
+        """kv_load='bulk': bytes between rows in a slot (the row plus 16 bytes of padding)."""
+        return self.kv8_row_stride if self.is_fp8 else self.kv_row_stride
+
+    @property
+    def bulk_v_zero_bytes(self) -> int:
+        """kv_load='bulk': bytes of V in a row, zeroed for rows past the sequence end."""
+        return self.head_dim_v * DTYPE_BYTES[self.kv_dtype]
+
+    @property
     def fp8_swizzle(self) -> int:
         """fp8 register path: the XOR applied to each row's 16-byte chunk index (chunk c of row r
         lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle, or the TMA's own

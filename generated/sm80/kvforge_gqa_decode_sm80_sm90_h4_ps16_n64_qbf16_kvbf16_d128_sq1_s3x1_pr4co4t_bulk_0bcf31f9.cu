@@ -202,10 +202,13 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // K and V row. The phase completes when every producer lane has arrived and every byte landed.
 // fp8 MLA (per-tensor scales, register path): the same, one copy per 576-byte token into rows
 // padded to kKV8Stride.
-using TK = T;
-constexpr u32 kRowBytes = kDqk * sizeof(T);
-constexpr int kRowStride = kKVStride;
-constexpr int kVZeroBytes = kDv * 2;
+using TK = T;  // a cache element
+constexpr u32 kRowBytes = 256;    // one K (or V) row of the cache
+constexpr int kRowStride = 272;  // its place in the slot, padded
+constexpr int kVZeroBytes = 256;  // V's bytes of a row (zeroed past the end)
+static_assert(kRowBytes == kDqk * sizeof(TK) && kRowBytes % 16 == 0 && kRowStride % 16 == 0 &&
+              kRowStride > static_cast<int>(kRowBytes) && kVZeroBytes == kDv * static_cast<int>(sizeof(TK)),
+              "bulk rows");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
                                               const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
                                               const Work& w, int pw, int lane) {

@@ -253,10 +253,13 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // fp8 MLA (per-tensor scales, register path): the same, one copy per 576-byte token into rows
 // padded to kKV8Stride.
 using TK = unsigned char;  // a cache element
-constexpr u32 kRowBytes = kTokenBytes;
-constexpr int kRowStride = kKV8Stride;
-constexpr int kVZeroBytes = kDv;  // V: the first kDv fp8 values of a row
-static_assert(kIsMLA && kKV8Stride == kTokenBytes + 16 && kTokenBytes == kDqk && kFp8Swizzle == 0, "fp8 bulk rows");
+constexpr u32 kRowBytes = 576;    // one K (or V) row of the cache
+constexpr int kRowStride = 592;  // its place in the slot, padded
+constexpr int kVZeroBytes = 512;  // V's bytes of a row (zeroed past the end)
+static_assert(kRowBytes == kDqk * sizeof(TK) && kRowBytes % 16 == 0 && kRowStride % 16 == 0 &&
+              kRowStride > static_cast<int>(kRowBytes) && kVZeroBytes == kDv * static_cast<int>(sizeof(TK)),
+              "bulk rows");
+static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0, "fp8 bulk rows: padded, not swizzled");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
                                               const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
                                               const Work& w, int pw, int lane) {
