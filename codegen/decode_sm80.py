@@ -339,8 +339,13 @@ class Sm80DecodeConfig(DecodeConfig):
         """Bytes per fp8 row in SMEM: the token, then its block scales, 16-byte aligned (the register
         path keeps rows at the token's size, swizzled, and the scales apart)."""
         if self.fp8_registers:
-            return self.kv_token_bytes + (ROW_PAD if self.kv_load == "bulk" else 0)
+            return self.kv_token_bytes + self.kv8_row_pad
         return -(-(self.kv_token_bytes + 4 * self.load_scale_words) // 16) * 16
+
+    @property
+    def kv8_row_pad(self) -> int:
+        """Register path: bytes after each fp8 row (16 for bulk-copied rows, which cannot be swizzled)."""
+        return ROW_PAD if self.fp8_registers and self.kv_load == "bulk" else 0
 
     @property
     def kv8_scale_offset(self) -> int:

@@ -116,8 +116,8 @@ constexpr int kScaleSpan = 128;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers) && kConvertWarps == 0, "threads");
-static_assert(kKV8Stride == kTokenBytes + 0 && kStageBytes == kKV8StageBytes && kVOffset == kKV8VOffset &&
-              kColsPerWarp % 32 == 0, "fp8 register tiles");
+static_assert(kKV8Stride == kTokenBytes + 0 && kStageBytes == kKV8StageBytes &&
+              kVOffset == kKV8VOffset && kColsPerWarp % 32 == 0, "fp8 register tiles");
 static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
                                    kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
