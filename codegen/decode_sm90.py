@@ -6,7 +6,11 @@ The CTA holds 64 query rows (heads x s_q; wgmma's M). Per KV tile of 64 keys (57
 the first 512 of the same rows) math warpgroup g computes S for keys 32g..32g+31 over the full
 depth, the two exchange row maxima, each writes its half of P to one swizzled P tile, and each
 multiplies the whole P by its 256 columns of V. The producer warpgroup gives its registers to the
-math warpgroups (setmaxnreg).
+math warpgroups (setmaxnreg). That is schedule 'lockstep'; schedule 'seesaw' (16-bit KV) takes the
+tiles in pairs: warpgroup g computes the whole S of tile 2i + g (m64n64, Q and K read once), the
+two softmaxes are handed over through shared memory (row maxima, rescale factors, P in the tiles'
+rope chunks), and each ring stage has two sub-stages (warpgroup 0's V columns; the rest), each
+with its own producer thread and barriers, so a tile's first half reloads while its second is read.
 
 fp8 KV: the ring holds fp8 tiles (cp.async.bulk of each page's run of tokens, and of its block
 scales, completing on the full barrier), and the math warpgroups convert each into one 16-bit tile
@@ -41,6 +45,10 @@ class Sm90DecodeConfig(DecodeConfig):
                                "tiles, at least 2; fp8: fp8 tiles, converted into one 16-bit tile)")
     qk_chains: int = Field(default=1, ge=1, le=2, description="QK accumulators per math warpgroup: 2 splits the "
                            "k16 steps into two independent wgmma chains (even/odd), summed after")
+    schedule: Literal["lockstep", "seesaw"] = Field(
+        default="lockstep", description="math warpgroup schedule: 'lockstep' (each tile's QK split by keys, both "
+        "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
+        "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does)")
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
@@ -65,6 +73,13 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.heads_per_cta * self.max_s_q > WGMMA_M:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
+        if self.schedule == "seesaw":
+            if self.is_fp8:
+                raise ValueError(f"{where}.schedule='seesaw': 16-bit KV only (fp8 tiles are converted into one "
+                                 "16-bit tile; use 'lockstep')")
+            if self.num_kv_stages != 2:
+                raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
+                                 "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
         if self.tile_tx_bytes > MAX_TX_BYTES:
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
@@ -176,11 +191,29 @@ class Sm90DecodeConfig(DecodeConfig):
         return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 else ()
 
     @property
+    def seesaw(self) -> bool:
+        return self.schedule == "seesaw"
+
+    @property
+    def kv_subs(self) -> int:
+        """Sub-stages (barrier pairs) per ring stage. seesaw: 2, the chunks of warpgroup 0's V columns
+        (sub L) and the rest (sub R: warpgroup 1's V columns and the rope chunk), each filled by its own
+        producer thread and released apart, so the next tile's sub L loads while sub R is still read."""
+        return 2 if self.seesaw else 1
+
+    @property
+    def sub_split_chunk(self) -> int:
+        """First chunk of sub R (seesaw): the chunks before it are warpgroup 0's V columns."""
+        return self.cols_per_warpgroup // SWIZZLE_COLS
+
+    @property
     def full_arrivals(self) -> int:
         return 1  # the producer thread's arrive.expect_tx; the TMA bytes complete the phase
 
     @property
     def empty_arrivals(self) -> int:
+        if self.seesaw:
+            return self.num_consumer_warps  # every math warp releases each sub-stage once per tile
         return self.math_threads  # every math thread releases (release_all)
 
     @property
@@ -198,16 +231,20 @@ class Sm90DecodeConfig(DecodeConfig):
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
         if self.is_fp8:
             b.add("kv8_stages", self.num_kv_stages * self.kv8_stage_bytes, align=128)
-        b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
+        if not self.seesaw:  # seesaw: P lives in the tiles' rope chunks
+            b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
-        b.add("barriers", 2 * self.num_kv_stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        if self.seesaw:
+            b.add("row_max", WGMMA_M * 4, align=16)  # the running row maxima both warpgroups update
+        b.add("barriers", 2 * self.num_kv_stages * self.kv_subs * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()
 
     def backend_name_fields(self) -> list[str]:
-        return [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
+        fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
+        return fields + (["seesaw"] if self.seesaw else [])
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

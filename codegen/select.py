@@ -241,15 +241,35 @@ def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
 SM90_FP8_STAGES = (2, 1)  # fp8 ring depths tried, deepest first (the 16-bit tile, Q and the ring share 227 KB)
 
 
-def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None) -> DecodeConfig:
+SM90_SEESAW_BUILT_IN = False  # see sm90_schedule
+
+
+def sm90_schedule(heads: int, s_q: int) -> str:
+    """The sm90 MLA kernel's math schedule for 16-bit KV. Measured (bench/schedule_ab.py, H200, three
+    runs, graph replays): 'seesaw' 1.02-1.07x of 'lockstep' at 64 and 128 heads, s_q = 2 with 64
+    heads and b=32 s_k=8192 (CTAs whose 64 query rows are all used); 0.97-1.02x at 32 heads; 0.91x
+    for one long sequence (b=1 s_k=32768, 128 heads: 8 tiles per CTA, where the seesaw's serial
+    start weighs). It would be the choice for full CTAs (heads * s_q >= 64), but it is not the
+    built-in choice yet: compute-sanitizer racecheck reports RAW hazards on the row maxima one
+    warpgroup writes before `bar.arrive` and the other reads after `bar.sync` on the same named
+    barrier (release/acquire in PTX's memory model, so believed to be racecheck not modelling
+    bar.arrive; not yet shown on the device). Until that is settled, config= pins it."""
+    if SM90_SEESAW_BUILT_IN and heads * s_q >= 64:
+        return "seesaw"
+    return "lockstep"
+
+
+def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None,
+                heads: int = 64) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
-    for (one variant per s_q and page size, whatever the head count). fp8 caches (`kv`: kv_dtype,
-    scale_mode, scale_block_size) get the deepest fp8 ring that fits beside the 16-bit tile."""
+    for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
+    schedule from the head count. fp8 caches (`kv`: kv_dtype, scale_mode, scale_block_size) get the
+    deepest fp8 ring that fits beside the 16-bit tile, and the lockstep schedule."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
     if kv is None:
-        return build(DecodeConfig, fields)
+        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(heads, s_q)})
     err = None
     for stages in SM90_FP8_STAGES:
         try:
@@ -282,7 +302,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
-        return sm90_choice(family, dtype, page_size, s_q, kv)
+        return sm90_choice(family, dtype, page_size, s_q, kv, heads)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

@@ -92,6 +92,34 @@ def test_mla_long_single_sequence_takes_the_split_path():
     assert _splits(2) > 1
 
 
+@pytest.mark.parametrize("s_q,heads,page_size,lens,chains", [(1, 64, 64, [0, 1, 333, 2000], 1),
+                                                             (2, 32, 32, [1, 40, 257, 900], 2),
+                                                             (1, 128, 16, [9000], 1), (4, 16, 128, [4, 77, 1500], 1),
+                                                             (1, 40, 64, [64, 65, 3000], 2),
+                                                             (8, 8, 16, [129, 192, 191], 1)])
+def test_mla_sm90_seesaw_schedule(s_q, heads, page_size, lens, chains):
+    """The sm90 kernel's seesaw schedule (tiles in pairs, each math warpgroup the whole QK of one,
+    softmaxes handed over, P_B in B's rope chunk, two sub-stages per ring stage): even and odd tile
+    counts per CTA (every compile-time tail case), partial last tiles A and B, lengths 0/1, splits,
+    causal s_q up to 8, heads not a multiple of 64; one and two QK accumulator chains."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    from kvforge.codegen.select import sm90_choice
+
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json"),
+                               "schedule": "seesaw", "qk_chains": chains})
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size, lens=lens,
+                     seed=s_q + heads + 11)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("s_q,heads,page_size,lens", [(1, 64, 64, [0, 1, 333, 2000]), (2, 32, 32, [1, 40, 257, 900]),
                                                       (1, 128, 16, [9000])])
 def test_mla_sm90_with_two_qk_accumulator_chains(s_q, heads, page_size, lens):

@@ -286,3 +286,22 @@ def test_block_scales_take_v_by_cvt_with_normalized_scales_or_by_bit_moves(v_con
     if v_convert:
         cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": v_convert})
     assert (cfg.v_scale_normalized, cfg.pv_dtype, cfg.raw_bf16_v) == (normalized, pv, not normalized)
+
+
+def test_sm90_schedule_rule(monkeypatch):
+    """The seesaw schedule would serve CTAs whose 64 query rows are all used; until its racecheck
+    finding is settled (select.sm90_schedule), the built-in choice stays lockstep everywhere."""
+    from kvforge.codegen import select
+
+    assert all(select.sm90_schedule(h, s_q) == "lockstep" for h in (16, 32, 64, 128) for s_q in (1, 2, 4))
+    assert sm90_choice_schedule(128) == "lockstep"
+    monkeypatch.setattr(select, "SM90_SEESAW_BUILT_IN", True)
+    assert select.sm90_schedule(64, 1) == select.sm90_schedule(128, 1) == select.sm90_schedule(32, 2) == "seesaw"
+    assert select.sm90_schedule(32, 1) == select.sm90_schedule(8, 4) == "lockstep"
+    assert select.sm90_choice("mla_decode", "bf16", 64, 1, heads=128).schedule == "seesaw"
+    assert select.sm90_choice("mla_decode", "bf16", 64, 1, kv={"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor"},
+                              heads=128).schedule == "lockstep"
+
+
+def sm90_choice_schedule(heads):
+    return select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=1).schedule
