@@ -225,6 +225,24 @@ __device__ __forceinline__ void load_q(unsigned char* q_smem, const T* q, const 
   wg::fence_proxy_async();  // the stores above are read by wgmma (async proxy)
 }
 
+// A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
+// split; the partial lse otherwise, which makes the combine write NaN rows).
+__device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T* out, float* lse, float* part_lse,
+                                            int s_q, int num_q_heads, int num_splits) {
+  for (int idx = threadIdx.x; idx < kQRows * (kDv / 2); idx += kThreads) {
+    const int r = idx / (kDv / 2), c = idx % (kDv / 2);
+    if (!rows.valid(r)) continue;
+    const int qi = rows.qi(r), head = rows.head(r);
+    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
+    if (w.n_splits == 1) {
+      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = OutPack::pack(nan_f(), nan_f());
+      if (c == 0) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = nan_f();
+    } else if (c == 0) {
+      part_lse[((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head] = nan_f();
+    }
+  }
+}
+
 // QK phase: S[64 x 32] = Q K^T over this warpgroup's 32 keys of the tile in `stage`, full depth.
 __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWG / 2], const MathState& st, u32 q_addr, u32 stage_addr) {
   // kQKChains = 2: the even and odd k16 steps accumulate apart, two independent wgmma chains in
@@ -353,23 +371,6 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
   }
 }
 
-// A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
-// split; the partial lse otherwise, which makes the combine write NaN rows).
-__device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T* out, float* lse, float* part_lse,
-                                            int s_q, int num_q_heads, int num_splits) {
-  for (int idx = threadIdx.x; idx < kQRows * (kDv / 2); idx += kThreads) {
-    const int r = idx / (kDv / 2), c = idx % (kDv / 2);
-    if (!rows.valid(r)) continue;
-    const int qi = rows.qi(r), head = rows.head(r);
-    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
-    if (w.n_splits == 1) {
-      *reinterpret_cast<u32*>(out + orow * kDv + 2 * c) = OutPack::pack(nan_f(), nan_f());
-      if (c == 0) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = nan_f();
-    } else if (c == 0) {
-      part_lse[((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head] = nan_f();
-    }
-  }
-}
 
 
 __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, const RowMap& rows,

@@ -233,8 +233,6 @@ __device__ __forceinline__ void load_q(unsigned char* q_smem, const T* q, const 
   wg::fence_proxy_async();  // the stores above are read by wgmma (async proxy)
 }
 
-
-
 // A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
 // split; the partial lse otherwise, which makes the combine write NaN rows).
 __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T* out, float* lse, float* part_lse,
@@ -252,6 +250,8 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
     }
   }
 }
+
+
 
 // ---- math warpgroups: the seesaw ------------------------------------------------------------------
 // Tiles go in pairs (A = 2i in stage 0, B = 2i + 1 in stage 1). Warpgroup 0 holds output columns
