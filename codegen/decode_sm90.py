@@ -9,7 +9,7 @@ multiplies the whole P by its 256 columns of V. The producer warpgroup gives its
 math warpgroups (setmaxnreg). That is schedule 'lockstep'; schedule 'seesaw' (16-bit KV) takes the
 tiles in pairs: warpgroup g computes the whole S of tile 2i + g (m64n64, Q and K read once), the
 two softmaxes are handed over through shared memory (row maxima, rescale factors, P in the tiles'
-rope chunks), and each ring stage has two sub-stages (warpgroup 0's V columns; the rest), each
+rope chunks; each hand-off an mbarrier every thread of the giving warpgroup arrives on), and each ring stage has two sub-stages (warpgroup 0's V columns; the rest), each
 with its own producer thread and barriers, so a tile's first half reloads while its second is read.
 
 fp8 KV: the ring holds fp8 tiles (cp.async.bulk of each page's run of tokens, and of its block
@@ -212,9 +212,18 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def empty_arrivals(self) -> int:
-        if self.seesaw:
-            return self.num_consumer_warps  # every math warp releases each sub-stage once per tile
-        return self.math_threads  # every math thread releases (release_all)
+        return self.math_threads  # every math thread releases each (sub-)stage once per tile (release_all)
+
+    @property
+    def handoffs(self) -> int:
+        """seesaw: the mbarriers one math warpgroup hands a pair's softmax to the other through
+        (warpgroup 0's row maxima, rescale factors and P_A; then warpgroup 1's for tile B)."""
+        return 2 if self.seesaw else 0
+
+    @property
+    def handoff_arrivals(self) -> int:
+        """Arrivals completing a hand-off round: every thread of the giving warpgroup."""
+        return self.math_threads // MATH_WARPGROUPS
 
     @property
     def producer_regs(self) -> int:
@@ -238,6 +247,8 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.seesaw:
             b.add("row_max", WGMMA_M * 4, align=16)  # the running row maxima both warpgroups update
         b.add("barriers", 2 * self.num_kv_stages * self.kv_subs * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        if self.seesaw:
+            b.add("handoffs", self.handoffs * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()

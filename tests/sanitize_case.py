@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90|gqa_decode|gqa_decode_tma|fp8_gqa_tma|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -81,19 +81,29 @@ def fp8_gqa_tma_case():
         assert not bool(torch.isnan(out).any())
 
 
-def sm90_case():
+def sm90_case(schedule=None):
     """The sm90 MLA kernel (chosen above 16 query rows on sm_90): 64 heads (one 64-row CTA per
-    sequence) with a split sequence, 128 heads (two head blocks), s_q=2 causal on page 32."""
+    sequence) with a split sequence, 128 heads (two head blocks), s_q=2 causal on page 32. With
+    `schedule`, every call pins the sm90 config of its page size and s_q with that math schedule
+    (the built-in choice otherwise)."""
+    from kvforge.codegen.select import sm90_choice
     from kvforge.runtime.decode import select_config
 
     assert select_config("mla_decode", "bf16", 64, 64, 576, 1, 0).backend == "sm90", "sm90 is not the choice here"
+
+    def pinned(page_size, s_q):
+        if schedule is None:
+            return None
+        data = sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json")
+        return build(DecodeConfig, {**data, "schedule": schedule})
+
     lens = [1500, 40, 1]
     case = make_case("mla_decode", batch=3, s_q=1, hq=64, hkv=1, d=576, page_size=64, lens=lens, seed=4)
-    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, config=pinned(64, 1))
     case = make_case("mla_decode", batch=2, s_q=1, hq=128, hkv=1, d=576, page_size=16, lens=[900, 3], seed=5)
-    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, config=pinned(16, 1))
     case = make_case("mla_decode", batch=2, s_q=2, hq=32, hkv=1, d=576, page_size=32, lens=[700, 5], seed=6)
-    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True)
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True, config=pinned(32, 2))
     torch.cuda.synchronize()
 
 
@@ -172,6 +182,8 @@ elif what.startswith("fp8_"):
     fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":
     sm90_case()
+elif what.startswith("mla_decode_sm90_"):
+    sm90_case(schedule=what.removeprefix("mla_decode_sm90_"))
 elif what == "gqa_decode_tma":
     gqa_tma_case()
 elif what == "poisoned_mla_decode_sm90":

@@ -204,4 +204,20 @@ struct PipelineConsumer {
   __device__ __forceinline__ void advance() { state.advance(); }
 };
 
+// ---- a one-way hand-off between two thread groups ----------------------------------------------
+// Round r: every thread of the giving group arrives once after its shared-memory stores (release;
+// the barrier counts the group's threads), the taking group waits for the phase of parity r & 1
+// (acquire). The schedule using it must keep the giver at most one round ahead of the taker (it
+// may not give round r + 1 before the taker has taken round r), so a phase is never skipped.
+struct Handoff {
+  u64* bar;
+
+  // One thread initialises; the whole block must sync before first use.
+  __device__ __forceinline__ void init(u32 givers) const { MBarrier::init(bar, givers); }
+  __device__ __forceinline__ void give() const { MBarrier::arrive(bar); }
+  __device__ __forceinline__ void take(int round) const {
+    MBarrier::wait(bar, static_cast<u32>(round) & 1u, "handoff", round);
+  }
+};
+
 }  // namespace kvforge

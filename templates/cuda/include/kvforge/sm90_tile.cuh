@@ -56,12 +56,6 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Arrives at named barrier `id` without waiting: the `threads` count includes the threads that
-// bar.sync on it (the producer side of a one-way handover between warpgroups).
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // ---- wgmma ----------------------------------------------------------------------------------
 // Matrix descriptor of a 128-byte-swizzle tile at shared address `addr`: `lbo` the byte stride
 // between 64-element chunks along the contiguous dimension (MN-major operands; unused for
