@@ -52,7 +52,7 @@ constexpr int kProducerRegs = 40;
 constexpr int kMathRegs = 232;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
-constexpr int kSmemBytes = 223536;
+constexpr int kSmemBytes = 223552;
 constexpr int kOffQ = 0;
 constexpr int kOffKV = 73728;
 constexpr int kOffRedMax = 221184;
@@ -62,9 +62,11 @@ constexpr int kAlignSlack = 1008;
 constexpr int kSubs = 2;  // ring sub-stages per stage
 constexpr int kSubSplit = 4;  // sub-stage R's first chunk
 constexpr int kOffRowMax = 222208;
+constexpr int kOffHandoffs = 222528;  // 2 mbarriers of 128 arrivals
+constexpr int kHandoffArrivals = 128;
 constexpr int kBarMath = 1;  // named barrier over both math warpgroups
 constexpr float kLn2 = 0.6931471805599453f;
-using Ring = kvforge::KVRing<kStages, kSubs, 1, 8>;
+using Ring = kvforge::KVRing<kStages, kSubs, 1, 256>;
 
 // The tiling invariants codegen/decode_sm90.py checks, restated so a bad constant fails to compile.
 static_assert(kQRows == 64 && kHeadsPerCTA <= kQRows, "one wgmma M of query rows");
@@ -73,8 +75,7 @@ static_assert(kBN == 64 && kKeysPerWG * 2 == kBN && kColsPerWG * 2 == kDv && kCo
 static_assert(kDqk == kChunks * 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes, "chunks");
 static_assert(kBoxRows * kBoxesPerTile == kBN && (kFp8 || kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes), "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
-static_assert(Ring::kFullArrivals == 1 && Ring::kEmptyArrivals == (kSubs == 2 ? kMathThreads / 32 : kMathThreads),
-              "arrive counts");
+static_assert(Ring::kFullArrivals == 1 && Ring::kEmptyArrivals == kMathThreads, "arrive counts");
 static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 512, "warpgroups and registers");
 static_assert(kOffBarriers + 2 * kStages * kSubs * 8 + kAlignSlack <= kSmemBytes, "layout");
 
@@ -257,18 +258,22 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
 // Tiles go in pairs (A = 2i in stage 0, B = 2i + 1 in stage 1). Warpgroup 0 holds output columns
 // 0..255 and computes S_A = Q K_A^T over the whole depth; warpgroup 1 holds columns 256..511 and
 // S_B. Per pair, with M the running row max:
-//   wg0: softmax(S_A) against M -> M0, scale0 = 2^(M - M0), P_A into A's rope chunk  [arrive kBarScale0]
+//   wg0: softmax(S_A) against M -> M0, scale0 = 2^(M - M0), P_A into A's rope chunk  [give hand-off 0]
 //        O_L += P_A V_A[L] (P_A from registers)
-//   wg1: [sync kBarScale0] O_R x= scale0; O_R += P_A V_A[R]; QK of B under it; softmax(S_B)
-//        against M0 -> M1, scale1, P_B into B's rope chunk  [arrive kBarScale1]; O_R x= scale1;
+//   wg1: [take hand-off 0] O_R x= scale0; O_R += P_A V_A[R]; QK of B under it; softmax(S_B)
+//        against M0 -> M1, scale1, P_B into B's rope chunk  [give hand-off 1]; O_R x= scale1;
 //        O_R += P_B V_B[R] (P_B from registers)
-//   wg0: [sync kBarScale1] O_L x= scale1; O_L += P_B V_B[L]; then the QK of the next A
+//   wg0: [take hand-off 1] O_L x= scale1; O_L += P_B V_B[L]; then the QK of the next A
 // so one warpgroup's wgmmas run while the other's softmax does, each QK is m64n64 over the whole
 // depth (Q and K read once per tile), and A's slot is free by mid-pair (its next tile loads under
-// the rest of the pair). The rope chunks hold P (only QK reads them). Sub-stage releases (one
-// arrival per warp, 8 per tile): A[L] wg0 after its PV, wg1 at once (never reads it); A[R] wg0 after
-// storing P_A, wg1 after its PV; B[L] wg1 after its QK, wg0 after its PV; B[R] both after their PVs.
-constexpr int kBarScale0 = 2, kBarScale1 = 3, kBarWG0 = 4;  // kBarWG0 + g: one warpgroup
+// the rest of the pair). The rope chunks hold P (only QK reads them). A hand-off is an mbarrier
+// (kvforge::Handoff): every thread of the giving warpgroup arrives after its stores (release), the
+// other waits on round = pair index (acquire); neither warpgroup gets a round ahead, since each
+// gives its next round only after taking the other's current one. Sub-stage releases (every math
+// thread arrives once per sub-stage and tile): A[L] wg0 after its PV, wg1 at once (never reads
+// it); A[R] wg0 after storing P_A, wg1 after its PV; B[L] wg1 after its QK, wg0 after its PV; B[R]
+// both after their PVs.
+constexpr int kBarWG0 = 2;  // named barrier kBarWG0 + g: one warpgroup
 constexpr float kMaxInit = -1e30f;  // finite: 2^(M - M') stays defined before the first visible key
 
 struct SeesawState {
@@ -442,6 +447,7 @@ struct SeesawSmem {
   unsigned char* stage_a;
   unsigned char* stage_b;
   u32 q_addr, stage0, stage1;
+  kvforge::Handoff handoff[2];  // [0]: warpgroup 0 -> 1 (M0, scale0, P_A); [1]: 1 -> 0 (M1, scale1, P_B)
 };
 
 // One pair of tiles (A = t, B = t + 1) for warpgroup 0. Compile-time cases, so that no wgmma is
@@ -475,8 +481,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   exp_and_pack(s, m_new, p, sum);
   store_p(sm.stage_a + (kChunks - 1) * kChunkBytes, p, st);  // A's rope chunk: this warpgroup's QK of A is done
   wg::fence_proxy_async();  // read by warpgroup 1's wgmma; written before the slot's next TMA fill
-  wg::named_arrive(kBarScale0, kMathThreads);
-  pa.consumer_release(kR);  // this warpgroup is done with A's sub R (its QK, the P_A store)
+  sm.handoff[0].give();
+  pa.release_all(kR);  // this warpgroup is done with A's sub R (its QK, the P_A store)
   scale_o(o, f);
   st.l[0] = st.l[0] * f[0] + sum[0];
   st.l[1] = st.l[1] * f[1] + sum[1];
@@ -486,10 +492,10 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   pv_regs(o, p, 0, sm.stage0);
   wg::wgmma_wait<0>();
   wg::fence_operands(o);
-  pa.consumer_release(kL);
+  pa.release_all(kL);
   if constexpr (kHasB) {
     // warpgroup 1's max M1 and P_B: this warpgroup's output and sums to M1, then P_B V_B[L]
-    wg::named_sync(kBarScale1, kMathThreads);
+    sm.handoff[1].take(t / 2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) f[h] = sm.scales[kQRows + st.row[h]];
     scale_o(o, f);
@@ -508,8 +514,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
     qk_chunks(s, s2, sm.q_addr, sm.stage0, 0, kSubSplit, true);
     wg::wgmma_wait<1>();  // P_B V_B[L] is done
     wg::fence_operands(o);
-    pb.consumer_release(kL);
-    pb.consumer_release(kR);
+    pb.release_all(kL);
+    pb.release_all(kR);
     pa.consumer_wait(kR);
     qk_chunks(s, s2, sm.q_addr, sm.stage0, kSubSplit, kChunks, false);
     wg::wgmma_wait<0>();
@@ -517,8 +523,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   } else if constexpr (kHasB) {
     wg::wgmma_wait<0>();
     wg::fence_operands(o);
-    pb.consumer_release(kL);
-    pb.consumer_release(kR);
+    pb.release_all(kL);
+    pb.release_all(kR);
   }
   pb.advance();
   pb.advance();
@@ -534,8 +540,8 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   constexpr int kL = 0, kR = 1;
   const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
   float mx[2], m_new[2], f[2], sum[2];
-  pa.consumer_release(kL);  // warpgroup 1 never reads A's sub L
-  wg::named_sync(kBarScale0, kMathThreads);
+  pa.release_all(kL);  // warpgroup 1 never reads A's sub L
+  sm.handoff[0].take(t / 2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
   scale_o(o, f);  // to M0
@@ -554,8 +560,8 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     wg::wgmma_wait<0>();  // P_A V_A[R] and S_B
     wg::fence_operands(o);
     qk_merge(s, s2);
-    pa.consumer_release(kR);
-    pb.consumer_release(kL);
+    pa.release_all(kR);
+    pb.release_all(kL);
     mask_and_max(s, st, key_b, scale_log2, mx);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -574,7 +580,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     exp_and_pack(s, m_new, p, sum);
     store_p(sm.stage_b + (kChunks - 1) * kChunkBytes, p, st);  // B's rope chunk: its QK is done
     wg::fence_proxy_async();
-    wg::named_arrive(kBarScale1, kMathThreads);
+    sm.handoff[1].give();
     scale_o(o, f);  // to M1
     st.l[0] = st.l[0] * f[0] + sum[0];
     st.l[1] = st.l[1] * f[1] + sum[1];
@@ -584,11 +590,11 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     pv_regs(o, p, 1, sm.stage1);
     wg::wgmma_wait<0>();
     wg::fence_operands(o);
-    pb.consumer_release(kR);
+    pb.release_all(kR);
   } else {
     wg::wgmma_wait<0>();
     wg::fence_operands(o);
-    pa.consumer_release(kR);
+    pa.release_all(kR);
   }
   pa.advance();
   pa.advance();
@@ -616,6 +622,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   sm.q_addr = kvforge::smem_u32(smem + kOffQ);
   sm.stage0 = kvforge::smem_u32(sm.stage_a);
   sm.stage1 = sm.stage0 + kStageBytes;
+  sm.handoff[0].bar = reinterpret_cast<u64*>(smem + kOffHandoffs);
+  sm.handoff[1].bar = sm.handoff[0].bar + 1;
   float* red_sum = reinterpret_cast<float*>(smem + kOffRedSum);
   load_q(smem + kOffQ, q, rows, w, s_q, num_q_heads, mt);
   if (mt < kQRows) sm.row_max[mt] = kMaxInit;
@@ -694,6 +702,9 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_e3
 
   const Ring ring{reinterpret_cast<u64*>(smem + kOffBarriers)};
   if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i)  // before the ring's init, whose fence covers them
+      kvforge::Handoff{reinterpret_cast<u64*>(smem + kOffHandoffs) + i}.init(kHandoffArrivals);
+    static_assert(kHandoffArrivals == kMathThreads / 2, "a hand-off counts one warpgroup's threads");
     ring.init();
     wg::prefetch_tensor_map(&kv_map);
   }

@@ -1384,7 +1384,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_e38fa07a, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223536);
+                                           223552);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1401,7 +1401,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 256);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_e38fa07a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223536, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_e38fa07a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
