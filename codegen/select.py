@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from . import policy
 from .decode import MLA_DIMS, DecodeConfig
 from .errors import ConfigError, build
 
@@ -241,35 +242,37 @@ def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
 SM90_FP8_STAGES = (2, 1)  # fp8 ring depths tried, deepest first (the 16-bit tile, Q and the ring share 227 KB)
 
 
-SM90_SEESAW_BUILT_IN = False  # see sm90_schedule
+def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
+    """Whether the split planner cuts this launch's sequences on the sm90 MLA kernel (64 query rows,
+    one CTA per SM): fewer (sequence, head block) CTAs than fill the GPU. Shapes only, like the plan."""
+    blocks = -(-heads // (64 // s_q))
+    return policy.num_splits(batch * blocks, 1, num_sms) > 1
 
 
-def sm90_schedule(heads: int, s_q: int) -> str:
-    """The sm90 MLA kernel's math schedule for 16-bit KV. Measured (bench/schedule_ab.py, H200, three
-    runs, graph replays): 'seesaw' 1.02-1.07x of 'lockstep' at 64 and 128 heads, s_q = 2 with 64
-    heads and b=32 s_k=8192 (CTAs whose 64 query rows are all used); 0.97-1.02x at 32 heads; 0.91x
-    for one long sequence (b=1 s_k=32768, 128 heads: 8 tiles per CTA, where the seesaw's serial
-    start weighs). It would be the choice for full CTAs (heads * s_q >= 64), but it is not the
-    built-in choice yet: compute-sanitizer racecheck reports RAW hazards on the row maxima one
-    warpgroup writes before `bar.arrive` and the other reads after `bar.sync` on the same named
-    barrier (release/acquire in PTX's memory model, so believed to be racecheck not modelling
-    bar.arrive; not yet shown on the device). Until that is settled, config= pins it."""
-    if SM90_SEESAW_BUILT_IN and heads * s_q >= 64:
-        return "seesaw"
-    return "lockstep"
+def sm90_schedule(sequences_split: bool) -> str:
+    """The sm90 MLA kernel's math schedule for 16-bit KV: 'seesaw' where the grid fills the GPU
+    without cutting sequences, 'lockstep' where the planner splits them. Measured (bench/
+    schedule_ab.py, H200, graph replays, both pinned; lockstep time / seesaw time): unsplit, the
+    seesaw is 1.00-1.06x at every length tried (b=66..256, s_k=512..4096, 64 and 128 heads, s_q=2)
+    and 1.02-1.09x at b=128 s_k=4096; split, it loses 2-10% where each CTA's chunk is short (4-16
+    tiles: b=1..32 at s_k=4096..32768) and wins 3% where it is long (32+ tiles: b=1 s_k=131072,
+    b=16 s_k=8192, b=32 s_k=8192). A split chunk's length is known only on the device, so split
+    launches keep the lockstep. (Both schedules in one kernel, each CTA choosing by its tile count,
+    lost ~10 us in the bigger binary's first pass: bench/RESULTS.md.)"""
+    return "lockstep" if sequences_split else "seesaw"
 
 
 def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None,
-                heads: int = 64) -> DecodeConfig:
+                sequences_split: bool = True) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
-    schedule from the head count. fp8 caches (`kv`: kv_dtype, scale_mode, scale_block_size) get the
+    schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype, scale_mode, scale_block_size) get the
     deepest fp8 ring that fits beside the 16-bit tile, and the lockstep schedule."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
     if kv is None:
-        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(heads, s_q)})
+        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(sequences_split)})
     err = None
     for stages in SM90_FP8_STAGES:
         try:
@@ -283,14 +286,15 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None, scale_mode: str = "none",
                          scale_block_size: int | None = None, fp8_convert: str | None = None,
-                         kv_load: str | None = None) -> DecodeConfig:
+                         kv_load: str | None = None, sequences_split: bool = True) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
     (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
     'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
     `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
     `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
-    fill the ring (default: `kv_load_choice`).
+    fill the ring (default: `kv_load_choice`). `sequences_split`: whether the launch's split plan
+    cuts sequences (`sm90_sequences_split`; unknown counts as yes), which picks the sm90 schedule.
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
@@ -302,7 +306,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
-        return sm90_choice(family, dtype, page_size, s_q, kv, heads)
+        return sm90_choice(family, dtype, page_size, s_q, kv, sequences_split)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

@@ -27,7 +27,7 @@ from kvforge.codegen.variant import Variant
 from . import torch_ops
 from .call_args import CallShape, check_ranges_on_host, validate
 from .kv_format import KVFormat, planned_format, scale_values
-from .device import device_arch, on_device
+from .device import device_arch, on_device, sm_count
 from .launch import LaunchError
 from .plan import DecodePlan
 
@@ -45,10 +45,11 @@ def _on_rocm() -> bool:
 
 
 def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
-                  device_id: int, kv: KVFormat | None = None) -> DecodeConfig:
+                  device_id: int, kv: KVFormat | None = None, batch: int | None = None) -> DecodeConfig:
     """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm).
-    `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`)."""
-    from .select import select_cdna_config, select_decode_config
+    `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
+    (None: unknown), which tells whether the split plan cuts them (the sm90 MLA schedule)."""
+    from .select import select_cdna_config, select_decode_config, sm90_sequences_split
 
     if _on_rocm():
         from .hip_launch import rocm_arch
@@ -66,9 +67,10 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     if fp8 and arch not in FP8_ARCHS:
         raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
                          f"{arch} (use a bf16/fp16 cache)")
+    split = batch is None or sm90_sequences_split(batch, heads, s_q, sm_count(device_id))
     return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
                                 backend=_BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
-                                scale_block_size=kv.scale_block_size if fp8 else None)
+                                scale_block_size=kv.scale_block_size if fp8 else None, sequences_split=split)
 
 
 _plans: dict[tuple, DecodePlan] = {}
@@ -375,7 +377,7 @@ class _SelectedPlans:
             _check_config(self.config, shape)
             return plan_for(self.config, shape.device_id)
         cfg = select_config(shape.family, shape.dtype, shape.page_size, shape.group, shape.head_dim, shape.s_q,
-                            shape.device_id, shape.kv)
+                            shape.device_id, shape.kv, shape.batch)
         return plan_for(cfg, shape.device_id)
 
 
@@ -458,7 +460,7 @@ class _FixedPlan:
     def plan(self, shape: CallShape) -> DecodePlan:
         owner = self._owner()
         owner._check_shape(shape)
-        return owner.plan
+        return owner.plan_for_batch(shape.batch)
 
 
 class _DecodeObject:
@@ -481,12 +483,20 @@ class _DecodeObject:
         self._shape = CallShape(self.family, self.device_id, dtype, max_batch, s_q, num_q_heads, num_kv_heads,
                                 head_dim, page_size, 1, 1, (), (), kv)
         group = self._shape.group
+        self._pinned = config is not None
         if config is None:
-            config = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv)
+            config = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, max_batch)
         else:
             _check_config(config, self._shape)
-        self.config = config
+        self.config = config  # the variant at max_batch
         self.plan = plan_for(config, self.device_id)
+        # Smaller batches may take another variant (the sm90 MLA kernel's schedule depends on whether
+        # the split plan cuts sequences, which a batch of 1 does whenever max_batch's does not): both
+        # are compiled and loaded here, so that run() never compiles.
+        self._plans = {config: self.plan}
+        if not self._pinned:
+            small = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, 1)
+            self._plans.setdefault(small, plan_for(small, self.device_id))
         blocks = config.head_blocks(num_q_heads, num_kv_heads)
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms)
         self._workspace = None
@@ -504,6 +514,14 @@ class _DecodeObject:
             raise ValueError(f"q: batch {shape.batch} exceeds max_batch={self.max_batch} of this {type(self).__name__}")
         if shape.s_q != self.s_q:
             raise ValueError(f"q: s_q={shape.s_q} does not match this {type(self).__name__}, planned for s_q={self.s_q}")
+
+    def plan_for_batch(self, batch: int) -> DecodePlan:
+        """The plan a run of `batch` sequences launches (one of those loaded at construction)."""
+        if self._pinned:
+            return self.plan
+        s = self._shape
+        cfg = select_config(self.family, s.dtype, s.page_size, s.group, s.head_dim, s.s_q, self.device_id, s.kv, batch)
+        return self._plans.get(cfg) or self._plans.setdefault(cfg, plan_for(cfg, self.device_id))
 
     def _workspace_ptr(self, floats: int) -> int:
         if floats > self._workspace_floats:  # cannot happen for batch <= max_batch (policy.workspace_rows)

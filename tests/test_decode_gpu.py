@@ -120,6 +120,35 @@ def test_mla_sm90_seesaw_schedule(s_q, heads, page_size, lens, chains):
     _check("mla_decode", case, out, lse, causal=s_q > 1)
 
 
+def test_mla_sm90_schedule_follows_the_split_plan():
+    """On sm_90 the built-in 16-bit MLA variant runs the seesaw where the grid fills the GPU without
+    cutting sequences and the lockstep where the plan splits them: the functions choose per call's
+    batch, a plan object loads both at construction and picks per run; every result checked."""
+    import kvforge
+    from kvforge.runtime.decode import select_config
+    from kvforge.runtime.device import device_arch, sm_count
+    from kvforge.runtime.select import sm90_sequences_split
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    big = next(b for b in range(1, 512) if not sm90_sequences_split(b, 128, 1, sm_count(0)))
+    assert sm90_sequences_split(big - 1, 128, 1, sm_count(0))
+    assert select_config("mla_decode", "bf16", 64, 128, 576, 1, 0, None, big).schedule == "seesaw"
+    assert select_config("mla_decode", "bf16", 64, 128, 576, 1, 0, None, big - 1).schedule == "lockstep"
+    dec = kvforge.MLADecode(128, 64, "bf16", max_batch=big)
+    assert {b: dec.plan_for_batch(b).config.schedule for b in (1, big - 1, big)} == {
+        1: "lockstep", big - 1: "lockstep", big: "seesaw"}
+    for batch in (big, 3):
+        lens = [(37 * i) % 700 + (i % 3) for i in range(batch)]  # 0 .. 700 keys, ragged
+        case = make_case("mla_decode", batch=batch, s_q=1, hq=128, hkv=1, d=576, page_size=64, lens=lens, seed=batch)
+        out, lse = _poisoned(case, "mla_decode")
+        _run("mla_decode", case, out=out, lse=lse)
+        _check("mla_decode", case, out, lse, causal=False)
+        out, lse = _poisoned(case, "mla_decode")
+        dec.run(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse)
+        _check("mla_decode", case, out, lse, causal=False)
+
+
 @pytest.mark.parametrize("s_q,heads,page_size,lens", [(1, 64, 64, [0, 1, 333, 2000]), (2, 32, 32, [1, 40, 257, 900]),
                                                       (1, 128, 16, [9000])])
 def test_mla_sm90_with_two_qk_accumulator_chains(s_q, heads, page_size, lens):

@@ -91,8 +91,10 @@ def test_backend_sm90_where_it_has_no_kernels_and_unknown_backends_are_rejected(
 @pytest.mark.parametrize("dtype,page,s_q", [("bf16", 16, 1), ("bf16", 32, 1), ("bf16", 64, 1), ("bf16", 128, 1),
                                              ("fp16", 64, 1), ("bf16", 64, 2), ("bf16", 64, 4)])
 def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
-    cfg = select_decode_config("mla_decode", "sm_90", dtype, page, heads=128, head_dim=576, s_q=s_q)
-    assert cfg.backend == "sm90" and Variant(cfg).name in DEFAULT_NAMES
+    for split in (True, False):
+        cfg = select_decode_config("mla_decode", "sm_90", dtype, page, heads=128, head_dim=576, s_q=s_q,
+                                   sequences_split=split)
+        assert cfg.backend == "sm90" and Variant(cfg).name in DEFAULT_NAMES
 
 
 @pytest.mark.parametrize("heads,s_q", [(1, 1), (16, 1), (64, 1), (128, 1), (16, 4), (32, 2)])
@@ -288,20 +290,21 @@ def test_block_scales_take_v_by_cvt_with_normalized_scales_or_by_bit_moves(v_con
     assert (cfg.v_scale_normalized, cfg.pv_dtype, cfg.raw_bf16_v) == (normalized, pv, not normalized)
 
 
-def test_sm90_schedule_rule(monkeypatch):
-    """The seesaw schedule would serve CTAs whose 64 query rows are all used; until its racecheck
-    finding is settled (select.sm90_schedule), the built-in choice stays lockstep everywhere."""
+def test_sm90_schedule_rule():
+    """16-bit MLA on sm_90: the seesaw where the grid fills the GPU without cutting sequences, the
+    lockstep where the split plan cuts them (or the batch is unknown); fp8 caches the lockstep."""
     from kvforge.codegen import select
 
-    assert all(select.sm90_schedule(h, s_q) == "lockstep" for h in (16, 32, 64, 128) for s_q in (1, 2, 4))
-    assert sm90_choice_schedule(128) == "lockstep"
-    monkeypatch.setattr(select, "SM90_SEESAW_BUILT_IN", True)
-    assert select.sm90_schedule(64, 1) == select.sm90_schedule(128, 1) == select.sm90_schedule(32, 2) == "seesaw"
-    assert select.sm90_schedule(32, 1) == select.sm90_schedule(8, 4) == "lockstep"
-    assert select.sm90_choice("mla_decode", "bf16", 64, 1, heads=128).schedule == "seesaw"
+    assert select.sm90_schedule(False) == "seesaw" and select.sm90_schedule(True) == "lockstep"
+    assert sm90_choice_schedule(128) == "lockstep"  # no batch: counted as split
+    assert sm90_choice_schedule(128, sequences_split=False) == "seesaw"
     assert select.sm90_choice("mla_decode", "bf16", 64, 1, kv={"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor"},
-                              heads=128).schedule == "lockstep"
+                              sequences_split=False).schedule == "lockstep"
+    # 132 SMs: the planner splits while 2 x CTAs <= 132; 128 heads are 2 head blocks per sequence
+    assert not select.sm90_sequences_split(34, 128, 1, 132) and select.sm90_sequences_split(33, 128, 1, 132)
+    assert not select.sm90_sequences_split(67, 64, 1, 132) and select.sm90_sequences_split(66, 64, 1, 132)
+    assert not select.sm90_sequences_split(67, 32, 2, 132) and select.sm90_sequences_split(1, 128, 1, 132)
 
 
-def sm90_choice_schedule(heads):
-    return select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=1).schedule
+def sm90_choice_schedule(heads, **kw):
+    return select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=1, **kw).schedule
