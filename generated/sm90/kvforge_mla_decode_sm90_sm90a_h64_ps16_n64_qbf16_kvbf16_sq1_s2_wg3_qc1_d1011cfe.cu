@@ -12,7 +12,7 @@
 //   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_d1011cfe_combine  merges the partials of sequences cut into several splits
 #include "kvforge/device_prelude.cuh"
 #include "kvforge/pipeline.cuh"
-#include "kvforge/sm80_tile.cuh"  // MmaType<T>::pack: the element conversions
+#include "kvforge/sm80_tile.cuh"  // MmaType<T>::pack: the element conversions; cp_async_16
 #include "kvforge/sm90_tile.cuh"
 
 namespace {
@@ -210,18 +210,37 @@ struct MathState {
   float l[2];       // this thread's share of its warpgroup's row sums
 };
 
-// Q [kQRows x kDqk] into SMEM in the swizzled chunk layout; rows the CTA does not own are zero.
+// Math thread `mt` (0 .. kMathThreads): its warpgroup, rows, causal limits; empty sums, max -inf.
+__device__ __forceinline__ MathState make_math_state(int mt, const RowMap& rows, const Work& w, int s_q, int causal) {
+  MathState st;
+  st.g = mt / 128;
+  st.lt = mt % 128;
+  st.tq = st.lt % 4;
+  st.row[0] = 16 * (st.lt / 32) + (st.lt % 32) / 4;
+  st.row[1] = st.row[0] + 8;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    st.last_key[i] = min(w.key_end, causal ? w.seqlen - s_q + rows.qi(st.row[i]) + 1 : w.key_end) - 1;
+    st.m[i] = neg_inf();
+    st.l[i] = 0.f;
+  }
+  return st;
+}
+
+// Q [kQRows x kDqk] into SMEM in the swizzled chunk layout by 16-byte cp.async, every copy of a thread
+// in flight at once (a load-then-store loop waits out each load: ~10 us per CTA on the H200, before
+// the first QK); rows the CTA does not own are zero-filled.
 __device__ __forceinline__ void load_q(unsigned char* q_smem, const T* q, const RowMap& rows, const Work& w, int s_q,
                                        int num_q_heads, int mt) {
   for (int idx = mt; idx < kQRows * (kDqk / 8); idx += kMathThreads) {
     const int r = idx / (kDqk / 8), c = (idx % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (rows.valid(r))
-      v = *reinterpret_cast<const uint4*>(
-          q + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c);
-    *reinterpret_cast<uint4*>(q_smem + swizzled(r, c)) = v;
+    const bool valid = rows.valid(r);
+    const T* src =
+        valid ? q + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
+    kvforge::sm80::cp_async_16(q_smem + swizzled(r, c), src, valid);
   }
-  wg::fence_proxy_async();  // the stores above are read by wgmma (async proxy)
+  kvforge::sm80::cp_async_wait_all();
+  wg::fence_proxy_async();  // the copies above are read by wgmma (async proxy)
 }
 
 // A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
@@ -308,15 +327,6 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWG / 2], MathS
 }
 
 
-// Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
-// columns there (P is 0 for them, but 0 * NaN is not).
-__device__ __forceinline__ void zero_v_tail(unsigned char* stage, int valid, const MathState& st) {
-  for (int idx = st.lt; idx < (kBN - valid) * (kColsPerWG / 8); idx += 128) {
-    const int r = valid + idx / (kColsPerWG / 8), c = st.g * kColsPerWG + (idx % (kColsPerWG / 8)) * 8;
-    *reinterpret_cast<uint4*>(stage + swizzled(r, c)) = make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
 // PV phase: O[64 x 256] += P[64 x 64] V[64 x 256] over this warpgroup's V columns.
 __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWG / 2], const MathState& st, u32 p_addr, u32 stage_addr) {
   wg::wgmma_fence();
@@ -331,10 +341,24 @@ __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWG / 2], const MathSt
   wg::fence_operands(o);
 }
 
-// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials.
+
+// Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
+// columns there (P is 0 for them, but 0 * NaN is not).
+__device__ __forceinline__ void zero_v_tail(unsigned char* stage, int valid, const MathState& st) {
+  for (int idx = st.lt; idx < (kBN - valid) * (kColsPerWG / 8); idx += 128) {
+    const int r = valid + idx / (kColsPerWG / 8), c = st.g * kColsPerWG + (idx % (kColsPerWG / 8)) * 8;
+    *reinterpret_cast<uint4*>(stage + swizzled(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials. The final row
+// maxima: each thread's st.m, or (kMaxInSmem, the seesaw) `row_max` in shared memory, read after the
+// barrier that also orders the other warpgroup's last stores to it.
+template <bool kMaxInSmem = false>
 __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
                                          const Work& w, float* red_sum, T* out, float* lse, float* part_o,
-                                         float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale) {
+                                         float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale,
+                                         const float* row_max = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.l[h] = quad_sum(st.l[h]);
@@ -350,7 +374,8 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
     if (!rows.valid(r)) continue;
     const int qi = rows.qi(r), head = rows.head(r);
     const float inv = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
-    const float row_lse = st.l[h] > 0.f ? st.m[h] * kLn2 + logf(st.l[h]) : neg_inf();
+    const float m = kMaxInSmem ? row_max[r] : st.m[h];
+    const float row_lse = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
 #pragma unroll
@@ -370,8 +395,6 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
   }
 }
 
-
-
 __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, const RowMap& rows,
                                           const Work& w, T* out, float* lse, float* part_o, float* part_lse, int s_q,
                                           int num_q_heads, int num_splits, float scale_log2, float out_scale, int causal,
@@ -383,18 +406,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   load_q(q_smem, q, rows, w, s_q, num_q_heads, mt);
   wg::named_sync(kBarMath, kMathThreads);
 
-  MathState st;
-  st.g = mt / 128;
-  st.lt = mt % 128;
-  st.tq = st.lt % 4;
-  st.row[0] = 16 * (st.lt / 32) + (st.lt % 32) / 4;
-  st.row[1] = st.row[0] + 8;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    st.last_key[i] = min(w.key_end, causal ? w.seqlen - s_q + rows.qi(st.row[i]) + 1 : w.key_end) - 1;
-    st.m[i] = neg_inf();
-    st.l[i] = 0.f;
-  }
+  MathState st = make_math_state(mt, rows, w, s_q, causal);
   float o[kColsPerWG / 2];
 #pragma unroll
   for (int i = 0; i < kColsPerWG / 2; ++i) o[i] = 0.f;

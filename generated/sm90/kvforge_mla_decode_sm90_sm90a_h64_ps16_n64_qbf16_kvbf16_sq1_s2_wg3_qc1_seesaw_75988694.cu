@@ -15,7 +15,7 @@
 //   kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_75988694_combine  merges the partials of sequences cut into several splits
 #include "kvforge/device_prelude.cuh"
 #include "kvforge/pipeline.cuh"
-#include "kvforge/sm80_tile.cuh"  // MmaType<T>::pack: the element conversions
+#include "kvforge/sm80_tile.cuh"  // MmaType<T>::pack: the element conversions; cp_async_16
 #include "kvforge/sm90_tile.cuh"
 
 namespace {
@@ -220,18 +220,37 @@ struct MathState {
   float l[2];       // this thread's share of its warpgroup's row sums
 };
 
-// Q [kQRows x kDqk] into SMEM in the swizzled chunk layout; rows the CTA does not own are zero.
+// Math thread `mt` (0 .. kMathThreads): its warpgroup, rows, causal limits; empty sums, max -inf.
+__device__ __forceinline__ MathState make_math_state(int mt, const RowMap& rows, const Work& w, int s_q, int causal) {
+  MathState st;
+  st.g = mt / 128;
+  st.lt = mt % 128;
+  st.tq = st.lt % 4;
+  st.row[0] = 16 * (st.lt / 32) + (st.lt % 32) / 4;
+  st.row[1] = st.row[0] + 8;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    st.last_key[i] = min(w.key_end, causal ? w.seqlen - s_q + rows.qi(st.row[i]) + 1 : w.key_end) - 1;
+    st.m[i] = neg_inf();
+    st.l[i] = 0.f;
+  }
+  return st;
+}
+
+// Q [kQRows x kDqk] into SMEM in the swizzled chunk layout by 16-byte cp.async, every copy of a thread
+// in flight at once (a load-then-store loop waits out each load: ~10 us per CTA on the H200, before
+// the first QK); rows the CTA does not own are zero-filled.
 __device__ __forceinline__ void load_q(unsigned char* q_smem, const T* q, const RowMap& rows, const Work& w, int s_q,
                                        int num_q_heads, int mt) {
   for (int idx = mt; idx < kQRows * (kDqk / 8); idx += kMathThreads) {
     const int r = idx / (kDqk / 8), c = (idx % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (rows.valid(r))
-      v = *reinterpret_cast<const uint4*>(
-          q + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c);
-    *reinterpret_cast<uint4*>(q_smem + swizzled(r, c)) = v;
+    const bool valid = rows.valid(r);
+    const T* src =
+        valid ? q + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
+    kvforge::sm80::cp_async_16(q_smem + swizzled(r, c), src, valid);
   }
-  wg::fence_proxy_async();  // the stores above are read by wgmma (async proxy)
+  kvforge::sm80::cp_async_wait_all();
+  wg::fence_proxy_async();  // the copies above are read by wgmma (async proxy)
 }
 
 // A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
@@ -253,6 +272,58 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
 }
 
 
+// Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
+// columns there (P is 0 for them, but 0 * NaN is not).
+__device__ __forceinline__ void zero_v_tail(unsigned char* stage, int valid, const MathState& st) {
+  for (int idx = st.lt; idx < (kBN - valid) * (kColsPerWG / 8); idx += 128) {
+    const int r = valid + idx / (kColsPerWG / 8), c = st.g * kColsPerWG + (idx % (kColsPerWG / 8)) * 8;
+    *reinterpret_cast<uint4*>(stage + swizzled(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials. The final row
+// maxima: each thread's st.m, or (kMaxInSmem, the seesaw) `row_max` in shared memory, read after the
+// barrier that also orders the other warpgroup's last stores to it.
+template <bool kMaxInSmem = false>
+__device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
+                                         const Work& w, float* red_sum, T* out, float* lse, float* part_o,
+                                         float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale,
+                                         const float* row_max = nullptr) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    st.l[h] = quad_sum(st.l[h]);
+    if (st.tq == 0) red_sum[st.g * kQRows + st.row[h]] = st.l[h];
+  }
+  wg::named_sync(kBarMath, kMathThreads);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.l[h] = red_sum[st.row[h]] + red_sum[kQRows + st.row[h]];
+  const bool direct = w.n_splits == 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = st.row[h];
+    if (!rows.valid(r)) continue;
+    const int qi = rows.qi(r), head = rows.head(r);
+    const float inv = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
+    const float m = kMaxInSmem ? row_max[r] : st.m[h];
+    const float row_lse = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
+    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
+    const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
+#pragma unroll
+    for (int i = 0; i < kColsPerWG / 8; ++i) {
+      const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
+      const float v0 = o[4 * i + 2 * h] * inv, v1 = o[4 * i + 2 * h + 1] * inv;
+      if (direct) {
+        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
+      }
+    }
+    if (st.g == 0 && st.tq == 0) {
+      if (direct) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = row_lse;
+      else part_lse[prow] = row_lse;
+    }
+  }
+}
 
 // ---- math warpgroups: the seesaw ------------------------------------------------------------------
 // Tiles go in pairs (A = 2i in stage 0, B = 2i + 1 in stage 1). Warpgroup 0 holds output columns
@@ -275,14 +346,6 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
 // both after their PVs.
 constexpr int kBarWG0 = 2;  // named barrier kBarWG0 + g: one warpgroup
 constexpr float kMaxInit = -1e30f;  // finite: 2^(M - M') stays defined before the first visible key
-
-struct SeesawState {
-  int g, lt, tq;
-  int row[2];
-  int last_key[2];  // the last key each of this thread's two rows may see
-  float l[2];       // this warpgroup's share of the row sums, relative to the running max
-};
-
 
 // S[64 x 64] = Q K^T over chunks [c0, c1) of the tile at `stage_addr` (accumulate = 0 on the first).
 // kQKChains = 2: odd k16 steps accumulate into s2 (two independent wgmma chains), added by qk_merge.
@@ -337,7 +400,7 @@ __device__ __forceinline__ void pv_smem(float (&o)[kColsPerWG / 2], u32 p_addr, 
 }
 
 // Scale S into the log2 domain and mask keys a row may not see (-inf); this thread's row maxima.
-__device__ __forceinline__ void mask_and_max(float (&s)[32], const SeesawState& st, int key0, float scale_log2,
+__device__ __forceinline__ void mask_and_max(float (&s)[32], const MathState& st, int key0, float scale_log2,
                                              float (&mx)[2]) {
   mx[0] = mx[1] = neg_inf();
 #pragma unroll
@@ -371,7 +434,7 @@ __device__ __forceinline__ void exp_and_pack(float (&s)[32], const float (&m)[2]
 }
 
 // P (packed pairs) into a swizzled 64 x 64 P tile at `tile`, for the other warpgroup's PV.
-__device__ __forceinline__ void store_p(unsigned char* tile, const u32 (&p)[16], const SeesawState& st) {
+__device__ __forceinline__ void store_p(unsigned char* tile, const u32 (&p)[16], const MathState& st) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     *reinterpret_cast<u32*>(tile + swizzled(st.row[0], i * 8 + 2 * st.tq)) = p[2 * i];
@@ -389,55 +452,12 @@ __device__ __forceinline__ void scale_o(float (&o)[kColsPerWG / 2], const float 
   }
 }
 
-// The last tile's rows past the sequence end may hold stale data: this warpgroup zeroes its V
-// columns there before its PV reads them (P is 0 for those rows, but 0 * NaN is not).
-__device__ __forceinline__ void zero_v_tail_wg(unsigned char* stage, int valid, const SeesawState& st) {
-  for (int idx = st.lt; idx < (kBN - valid) * (kColsPerWG / 8); idx += 128) {
-    const int r = valid + idx / (kColsPerWG / 8), c = st.g * kColsPerWG + (idx % (kColsPerWG / 8)) * 8;
-    *reinterpret_cast<uint4*>(stage + swizzled(r, c)) = make_uint4(0u, 0u, 0u, 0u);
-  }
+// zero_v_tail (the lockstep's), then made visible to this warpgroup's wgmma: each warpgroup zeroes
+// and reads only its own V columns, so a barrier over the one warpgroup suffices.
+__device__ __forceinline__ void zero_v_tail_wg(unsigned char* stage, int valid, const MathState& st) {
+  zero_v_tail(stage, valid, st);
   wg::fence_proxy_async();
   wg::named_sync(kBarWG0 + st.g, 128);
-}
-
-// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials.
-__device__ __forceinline__ void seesaw_epilogue(const float (&o)[kColsPerWG / 2], SeesawState& st, const float* row_max,
-                                                const RowMap& rows, const Work& w, float* red_sum, T* out, float* lse,
-                                                float* part_o, float* part_lse, int s_q, int num_q_heads,
-                                                int num_splits, float out_scale) {
-  float l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] = quad_sum(st.l[h]);
-    if (st.tq == 0) red_sum[st.g * kQRows + st.row[h]] = l[h];
-  }
-  wg::named_sync(kBarMath, kMathThreads);  // also orders warpgroup 1's last row_max stores
-  const bool direct = w.n_splits == 1;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = st.row[h];
-    l[h] = red_sum[r] + red_sum[kQRows + r];
-    if (!rows.valid(r)) continue;
-    const int qi = rows.qi(r), head = rows.head(r);
-    const float inv = (l[h] > 0.f ? 1.f / l[h] : 0.f) * out_scale;
-    const float row_lse = l[h] > 0.f ? row_max[r] * kLn2 + logf(l[h]) : neg_inf();
-    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
-    const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
-#pragma unroll
-    for (int i = 0; i < kColsPerWG / 8; ++i) {
-      const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
-      const float v0 = o[4 * i + 2 * h] * inv, v1 = o[4 * i + 2 * h + 1] * inv;
-      if (direct) {
-        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
-      } else {
-        *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
-      }
-    }
-    if (st.g == 0 && st.tq == 0) {
-      if (direct) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = row_lse;
-      else part_lse[prow] = row_lse;
-    }
-  }
 }
 
 // The per-pair context both warpgroups' steps read.
@@ -455,7 +475,7 @@ struct SeesawSmem {
 // kHasB (tile B exists), kNextA (tile t + 2 exists: its QK ends this step), kNextB (t + 3).
 // A tile is partial only as the CTA's last: A when !kHasB, B when kHasB && !kNextA.
 template <bool kHasB, bool kNextA, bool kNextB>
-__device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], SeesawState& st,
+__device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
                                          kvforge::PipelineConsumer<Ring>& pb, const Work& w, int t,
                                          float scale_log2) {
@@ -533,7 +553,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
 // The same pair for warpgroup 1: P_A V_A[R] first (so A's slot frees early), QK of B under it,
 // then softmax of S_B against M0 and P_B V_B[R].
 template <bool kHasB, bool kNextA, bool kNextB>
-__device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], SeesawState& st,
+__device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
                                          kvforge::PipelineConsumer<Ring>& pb, const Work& w, int t,
                                          float scale_log2) {
@@ -603,7 +623,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
 }
 
 template <bool kHasB, bool kNextA, bool kNextB>
-__device__ __forceinline__ void pair(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], SeesawState& st,
+__device__ __forceinline__ void pair(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                      const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
                                      kvforge::PipelineConsumer<Ring>& pb, const Work& w, int t, float scale_log2) {
   if (st.g == 0) pair_wg0<kHasB, kNextA, kNextB>(o, s, s2, p, st, sm, pa, pb, w, t, scale_log2);
@@ -629,17 +649,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   if (mt < kQRows) sm.row_max[mt] = kMaxInit;
   wg::named_sync(kBarMath, kMathThreads);
 
-  SeesawState st;
-  st.g = mt / 128;
-  st.lt = mt % 128;
-  st.tq = st.lt % 4;
-  st.row[0] = 16 * (st.lt / 32) + (st.lt % 32) / 4;
-  st.row[1] = st.row[0] + 8;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    st.last_key[i] = min(w.key_end, causal ? w.seqlen - s_q + rows.qi(st.row[i]) + 1 : w.key_end) - 1;
-    st.l[i] = 0.f;
-  }
+  MathState st = make_math_state(mt, rows, w, s_q, causal);  // (its m: unused, the maxima live in row_max)
   float o[kColsPerWG / 2];
 #pragma unroll
   for (int i = 0; i < kColsPerWG / 2; ++i) o[i] = 0.f;
@@ -671,8 +681,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   else if (n - t == 1) pair<false, false, false>(o, s, s2, p, st, sm, pa, pb, w, t, scale_log2);
   // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
   kvforge_pdl_launch_dependents();
-  seesaw_epilogue(o, st, sm.row_max, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits,
-                  out_scale);
+  epilogue<true>(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale,
+                 sm.row_max);  // its barrier also orders warpgroup 1's last row_max stores
 }
 }  // namespace
 
