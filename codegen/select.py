@@ -266,8 +266,9 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
                 sequences_split: bool = True) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
-    schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype, scale_mode, scale_block_size) get the
-    deepest fp8 ring that fits beside the 16-bit tile, and the lockstep schedule."""
+    schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype,
+    scale_mode, scale_block_size) get the deepest fp8 ring that fits beside the 16-bit tile, and
+    the lockstep schedule."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)

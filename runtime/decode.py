@@ -496,7 +496,8 @@ class _DecodeObject:
         self._plans = {config: self.plan}
         if not self._pinned:
             small = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, 1)
-            self._plans.setdefault(small, plan_for(small, self.device_id))
+            if small not in self._plans:
+                self._plans[small] = plan_for(small, self.device_id)
         blocks = config.head_blocks(num_q_heads, num_kv_heads)
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms)
         self._workspace = None
@@ -521,7 +522,10 @@ class _DecodeObject:
             return self.plan
         s = self._shape
         cfg = select_config(self.family, s.dtype, s.page_size, s.group, s.head_dim, s.s_q, self.device_id, s.kv, batch)
-        return self._plans.get(cfg) or self._plans.setdefault(cfg, plan_for(cfg, self.device_id))
+        plan = self._plans.get(cfg)
+        if plan is None:  # not expected: batch 1 and max_batch bound the choices
+            plan = self._plans.setdefault(cfg, plan_for(cfg, self.device_id))
+        return plan
 
     def _workspace_ptr(self, floats: int) -> int:
         if floats > self._workspace_floats:  # cannot happen for batch <= max_batch (policy.workspace_rows)
