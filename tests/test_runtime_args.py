@@ -185,3 +185,37 @@ def test_a_scale_that_is_neither_a_number_nor_an_array_is_refused_by_name():
         cache_format("gqa_decode", (_cache("fp8_e4m3", (10, 16, 8, 128), "k_cache"),
                                     _cache("fp8_e4m3", (10, 16, 8, 128), "v_cache")), "bf16",
                      {"k_scale": [1.0], "v_scale": 1.0})
+
+
+def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypatch):
+    """On sm_90 the 16-bit MLA schedule depends on whether the split plan cuts sequences, i.e. on the
+    batch: a plan object loads both variants at construction (run never compiles) and picks per
+    run's batch; one whose max_batch always splits loads one; a pinned config is the only one.
+    (The device is faked: arch, SM count and plan loading.)"""
+    import kvforge
+    from kvforge.runtime import decode
+
+    loaded = []
+
+    class FakePlan:
+        num_sms = 132
+
+        def __init__(self, config):
+            self.config = config
+            loaded.append(config.schedule)
+
+    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
+    monkeypatch.setattr(decode, "device_arch", lambda device_id=0: "sm_90")
+    monkeypatch.setattr(decode, "sm_count", lambda device_id=0: 132)
+    monkeypatch.setattr(decode, "plan_for", lambda cfg, device_id: FakePlan(cfg))
+    dec = kvforge.MLADecode(128, 64, "bf16", max_batch=64)
+    assert sorted(loaded) == ["lockstep", "seesaw"] and dec.config.schedule == "seesaw"
+    # 128 heads = 2 head blocks: 34 sequences fill 132 SMs unsplit (68 CTAs), 33 are split
+    picked = {b: dec.plan_for_batch(b).config.schedule for b in (1, 33, 34, 64)}
+    assert picked == {1: "lockstep", 33: "lockstep", 34: "seesaw", 64: "seesaw"} and len(loaded) == 2
+    loaded.clear()
+    small = kvforge.MLADecode(128, 64, "bf16", max_batch=8)
+    assert loaded == ["lockstep"] and small.plan_for_batch(8).config.schedule == "lockstep"
+    loaded.clear()
+    pinned = kvforge.MLADecode(128, 64, "bf16", max_batch=64, config=dec.config)
+    assert loaded == ["seesaw"] and pinned.plan_for_batch(1).config.schedule == "seesaw"
