@@ -308,3 +308,19 @@ def test_sm90_schedule_rule():
 
 def sm90_choice_schedule(heads, **kw):
     return select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=1, **kw).schedule
+
+
+@pytest.mark.parametrize("heads,s_q", [(17, 1), (32, 2), (64, 1), (100, 1), (128, 1), (64, 2), (16, 4), (128, 8)])
+def test_the_schedule_rule_predicts_the_split_plan_of_the_variant_it_picks(heads, s_q):
+    """sm90_sequences_split restates the plan's formula (policy.num_splits over batch x head blocks at
+    the sm90 CTA's occupancy); it must agree with what the chosen variant's plan computes."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.select import sm90_sequences_split
+
+    for sms in (78, 114, 132):
+        for batch in (1, 2, 7, 16, 33, 34, 66, 67, 128, 300):
+            split = sm90_sequences_split(batch, heads, s_q, sms)
+            cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
+                                       sequences_split=split)
+            plan_splits = policy.num_splits(batch * cfg.head_blocks(heads, 1), cfg.ctas_per_sm, sms)
+            assert split == (plan_splits > 1), (sms, batch, cfg.schedule)
