@@ -17,7 +17,7 @@ from bench import SHAPES, Shape, config_ab  # noqa: E402
 
 from kvforge.codegen.decode import DecodeConfig  # noqa: E402
 from kvforge.codegen.errors import build  # noqa: E402
-from kvforge.codegen.select import sm90_choice  # noqa: E402
+from kvforge.codegen.select import preferred_backend, sm90_choice  # noqa: E402
 
 SWEEP = [Shape("mla_decode", b, s_k, h) for b, s_k, h in (
     (1, 32768, 128), (1, 131072, 128), (2, 16384, 128), (4, 8192, 128), (4, 32768, 128), (8, 4096, 128),
@@ -25,7 +25,7 @@ SWEEP = [Shape("mla_decode", b, s_k, h) for b, s_k, h in (
 
 
 def variants(sh):
-    if sh.family != "mla_decode" or sh.hq * sh.s_q <= 16:
+    if preferred_backend(sh.family, "sm_90", sh.hq, sh.s_q) != "sm90":
         return None
     data = sm90_choice(sh.family, "bf16", sh.page, sh.s_q).model_dump(mode="json")
     return {name: build(DecodeConfig, {**data, "schedule": name}) for name in ("lockstep", "seesaw")}

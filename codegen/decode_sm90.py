@@ -9,8 +9,9 @@ multiplies the whole P by its 256 columns of V. The producer warpgroup gives its
 math warpgroups (setmaxnreg). That is schedule 'lockstep'; schedule 'seesaw' (16-bit KV) takes the
 tiles in pairs: warpgroup g computes the whole S of tile 2i + g (m64n64, Q and K read once), the
 two softmaxes are handed over through shared memory (row maxima, rescale factors, P in the tiles'
-rope chunks; each hand-off an mbarrier every thread of the giving warpgroup arrives on), and each ring stage has two sub-stages (warpgroup 0's V columns; the rest), each
-with its own producer thread and barriers, so a tile's first half reloads while its second is read.
+rope chunks; each hand-off an mbarrier every thread of the giving warpgroup arrives on), and each
+ring stage has two sub-stages (warpgroup 0's V columns; the rest), each with its own producer
+thread and barriers, so a tile's first half reloads while its second is read.
 
 fp8 KV: the ring holds fp8 tiles (cp.async.bulk of each page's run of tokens, and of its block
 scales, completing on the full barrier), and the math warpgroups convert each into one 16-bit tile

@@ -271,6 +271,19 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
   }
 }
 
+// O[64 x 256] += P[64 x 64] V[64 x 256] over warpgroup g's V columns of the tile at `stage_addr`, P a
+// swizzled 64 x 64 tile at `p_addr`; issued and committed, not awaited.
+__device__ __forceinline__ void pv_issue(float (&o)[kColsPerWG / 2], u32 p_addr, int g, u32 stage_addr) {
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const u64 da = wg::desc_sw128(p_addr + kk * 32, 16, 1024);
+    const u64 db = wg::desc_sw128(stage_addr + g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
+    wg::wgmma_m64n256k16_tb<TM>(o, da, db, 1);
+  }
+  wg::wgmma_commit();
+}
+
 
 // Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
 // columns there (P is 0 for them, but 0 * NaN is not).
@@ -383,18 +396,6 @@ __device__ __forceinline__ void pv_regs(float (&o)[kColsPerWG / 2], const u32 (&
     const u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     const u64 db = wg::desc_sw128(stage_addr + g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
     wg::wgmma_m64n256k16_rs_tb<TM>(o, a, db, 1);
-  }
-  wg::wgmma_commit();
-}
-
-// ... P from a swizzled 64 x 64 P tile at `p_addr`.
-__device__ __forceinline__ void pv_smem(float (&o)[kColsPerWG / 2], u32 p_addr, int g, u32 stage_addr) {
-  wg::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk) {
-    const u64 da = wg::desc_sw128(p_addr + kk * 32, 16, 1024);
-    const u64 db = wg::desc_sw128(stage_addr + g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
-    wg::wgmma_m64n256k16_tb<TM>(o, da, db, 1);
   }
   wg::wgmma_commit();
 }
@@ -525,7 +526,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
     if constexpr (!kNextA) {
       if (key_b + kBN > w.key_end) zero_v_tail_wg(sm.stage_b, w.key_end - key_b, st);
     }
-    pv_smem(o, sm.stage1 + (kChunks - 1) * kChunkBytes, 0, sm.stage1);  // P_B: in B's rope chunk
+    pv_issue(o, sm.stage1 + (kChunks - 1) * kChunkBytes, 0, sm.stage1);  // P_B: in B's rope chunk
   }
   pa.advance();
   pa.advance();
@@ -571,7 +572,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   if constexpr (!kHasB) {
     if (key_a + kBN > w.key_end) zero_v_tail_wg(sm.stage_a, w.key_end - key_a, st);
   }
-  pv_smem(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
+  pv_issue(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
   if constexpr (kHasB) {
     pb.consumer_wait(kR);
     qk_chunks(s, s2, sm.q_addr, sm.stage1, kSubSplit, kChunks, true);
@@ -635,7 +636,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
                                           int num_q_heads, int num_splits, float scale_log2, float out_scale, int causal,
                                           int mt) {
   SeesawSmem sm;
-  sm.scales = reinterpret_cast<float*>(smem + kOffRedMax);
+  sm.scales = reinterpret_cast<float*>(smem + kOffRedMax);  // the lockstep's max exchange, unused here
   sm.row_max = reinterpret_cast<float*>(smem + kOffRowMax);
   sm.stage_a = smem + kOffKV;
   sm.stage_b = sm.stage_a + kStageBytes;

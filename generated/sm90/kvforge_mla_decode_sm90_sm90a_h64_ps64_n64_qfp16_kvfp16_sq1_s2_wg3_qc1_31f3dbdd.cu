@@ -261,6 +261,19 @@ __device__ __forceinline__ void poison_rows(const RowMap& rows, const Work& w, T
   }
 }
 
+// O[64 x 256] += P[64 x 64] V[64 x 256] over warpgroup g's V columns of the tile at `stage_addr`, P a
+// swizzled 64 x 64 tile at `p_addr`; issued and committed, not awaited.
+__device__ __forceinline__ void pv_issue(float (&o)[kColsPerWG / 2], u32 p_addr, int g, u32 stage_addr) {
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const u64 da = wg::desc_sw128(p_addr + kk * 32, 16, 1024);
+    const u64 db = wg::desc_sw128(stage_addr + g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
+    wg::wgmma_m64n256k16_tb<TM>(o, da, db, 1);
+  }
+  wg::wgmma_commit();
+}
+
 // QK phase: S[64 x 32] = Q K^T over this warpgroup's 32 keys of the tile in `stage`, full depth.
 __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWG / 2], const MathState& st, u32 q_addr, u32 stage_addr) {
   // kQKChains = 2: the even and odd k16 steps accumulate apart, two independent wgmma chains in
@@ -327,16 +340,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWG / 2], MathS
 }
 
 
-// PV phase: O[64 x 256] += P[64 x 64] V[64 x 256] over this warpgroup's V columns.
+// PV phase: O[64 x 256] += P[64 x 64] V[64 x 256] over this warpgroup's V columns, awaited.
 __device__ __forceinline__ void pv_tile(float (&o)[kColsPerWG / 2], const MathState& st, u32 p_addr, u32 stage_addr) {
-  wg::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk) {
-    const u64 da = wg::desc_sw128(p_addr + kk * 32, 16, 1024);
-    const u64 db = wg::desc_sw128(stage_addr + st.g * (kColsPerWG / 64) * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
-    wg::wgmma_m64n256k16_tb<TM>(o, da, db, 1);
-  }
-  wg::wgmma_commit();
+  pv_issue(o, p_addr, st.g, stage_addr);
   wg::wgmma_wait<0>();
   wg::fence_operands(o);
 }
