@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvforge.codegen.matrix import load_matrix
+from kvforge.runtime.resources import kernel_resources
 from toolchains import needs_nvrtc
 
 
@@ -108,6 +109,29 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
     local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
     assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"
     assert res.spill_store_bytes == res.spill_load_bytes == 0, report
+
+
+def _combine_representatives():
+    """One CUDA variant per combine shape: MLA (512 output columns) and GQA at each head_dim."""
+    picked = {}
+    for v in sorted(load_matrix(), key=lambda v: v.name):
+        if v.family in ("mla_decode", "gqa_decode") and v.backend in ("sm80", "sm90") and v.config.arch in ("sm_90", "sm_90a"):
+            picked.setdefault(v.config.head_dim_v, v)
+    return list(picked.values())
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", _combine_representatives(), ids=lambda v: v.name)
+def test_the_combine_kernel_fits_four_ctas_per_sm_without_local_memory(variant):
+    """The combine's registers are capped for four CTAs of 256 threads per SM (64 each), and its
+    batch of 16-byte loads fits in them: no spills, no stack."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    name = f"{variant.name}_combine"
+    res = kernel_resources(k.cubin, name, k.log)
+    assert 0 < res.registers <= 64, f"{name}: {res.registers} registers per thread"
+    assert (res.stack_frame_bytes, res.spill_store_bytes, res.spill_load_bytes) == (0, 0, 0), res
 
 
 @needs_nvrtc

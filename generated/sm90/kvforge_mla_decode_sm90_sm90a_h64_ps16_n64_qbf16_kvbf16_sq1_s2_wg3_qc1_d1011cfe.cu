@@ -489,20 +489,40 @@ kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_d1011cfe(
   }
 }
 
-// One CTA per (head, query, sequence) whose sequence was split: each split's lse is read once,
-// in parallel, into shared memory and turned into its weight there; then the threads form
-// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads): group g adds
-// splits g, g + kCombineGroups, ... eight at a time (eight loads in flight per thread), and the
-// groups' sums meet in shared memory.
+// One CTA per (head, query, sequence) whose sequence was split. Latency first: the threads form
+// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads), group g adding splits
+// g, g + kCombineGroups, ...; each thread issues its first kCombineBatch partial loads before
+// anything else, so they are in flight while the splits' lse values are read (one per thread) and
+// turned into weights by block-wide reductions (warp shuffles, one shared word per warp); later
+// batches (more than kCombineGroups x kCombineBatch splits) follow, then the groups' sums meet in
+// shared memory. Registers are capped for kCombineMinCTAs CTAs per SM (64 each; a batch of 12
+// 16-byte loads fits without spills): batch x groups covers a 64-split MLA row in three rounds of
+// loads, the first under the weights, and sequences cut in few splits (many small CTAs) keep
+// four CTAs per SM (bench/RESULTS.md, "A latency-first combine").
 constexpr int kCombineGroups = 2;
 constexpr int kCombineCols = kDv / 4;  // threads per group
-constexpr int kCombineBatch = 8;
-static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads, "combine threads");
-extern "C" __global__ void __launch_bounds__(kCombineThreads)
+constexpr int kCombineBatch = 12;
+constexpr int kCombineMinCTAs = 4;
+constexpr int kCombineWarps = kCombineThreads / 32;
+static_assert(kCombineGroups * kCombineCols == kCombineThreads && kMaxSplits <= kCombineThreads &&
+              kCombineThreads % 32 == 0, "combine threads");
+
+__device__ __forceinline__ float combine_warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float combine_warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+extern "C" __global__ void __launch_bounds__(kCombineThreads, kCombineMinCTAs)
 kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_d1011cfe_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, int s_q, int num_q_heads, int num_splits) {
   __shared__ float s_w[kMaxSplits];
+  __shared__ float s_red[2][kCombineWarps];
   __shared__ float4 s_acc[kCombineGroups][kCombineCols];
-  __shared__ int s_nan;
   const int head = blockIdx.x, qi = blockIdx.y, b = blockIdx.z;
   int n, chunk;
   policy_split_plan(seqlens[b], num_splits, kMinKeysPerSplit, kBN, &n, &chunk);
@@ -512,48 +532,57 @@ kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_d1011cfe_
   const long long split_step = static_cast<long long>(s_q) * num_q_heads;
   const long long orow = (static_cast<long long>(b) * s_q + qi) * num_q_heads + head;
   const long long lse_at = (static_cast<long long>(b) * num_q_heads + head) * s_q + qi;
-  const int t = threadIdx.x;
-  if (t == 0) s_nan = 0;
-  __syncthreads();
-  if (t < n) {
-    const float l = part_lse[prow0 + t * split_step];
-    s_w[t] = l;
-    if (l != l) atomicOr(&s_nan, 1);
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int g = t / kCombineCols, c = (t % kCombineCols) * 4;
+  // this thread's first batch of partial outputs: in flight while the weights are worked out
+  float4 v[kCombineBatch];
+#pragma unroll
+  for (int u = 0; u < kCombineBatch; ++u) {
+    const int s = g + u * kCombineGroups;
+    v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  __syncthreads();
-  if (s_nan) {  // a split the guard refused: the whole row is NaN
+  const float l = t < n ? part_lse[prow0 + t * split_step] : neg_inf();
+  if (__syncthreads_or(l != l)) {  // a split the guard refused: the whole row is NaN
     for (int d = t * 2; d < kDv; d += 2 * kCombineThreads)
       *reinterpret_cast<u32*>(out + orow * kDv + d) = OutPack::pack(nan_f(), nan_f());
     if (t == 0) lse[lse_at] = nan_f();
     return;
   }
-  float lmax = neg_inf();
-  for (int s = 0; s < n; ++s) lmax = fmaxf(lmax, s_w[s]);
-  const float lbase = lmax == neg_inf() ? 0.f : lmax;
-  float wsum = 0.f;
-  for (int s = 0; s < n; ++s) wsum += expf(s_w[s] - lbase);
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __syncthreads();  // every thread has read the lse values
-  if (t < n) s_w[t] = expf(s_w[t] - lbase) * inv;
+  float m = combine_warp_max(l);
+  if (lane == 0) s_red[0][warp] = m;
   __syncthreads();
-  const int g = t / kCombineCols, c = (t % kCombineCols) * 4;
+#pragma unroll
+  for (int i = 0; i < kCombineWarps; ++i) m = fmaxf(m, s_red[0][i]);
+  const float lbase = m == neg_inf() ? 0.f : m;
+  const float e = t < n ? expf(l - lbase) : 0.f;
+  float wsum = combine_warp_sum(e);
+  if (lane == 0) s_red[1][warp] = wsum;
+  __syncthreads();
+  wsum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kCombineWarps; ++i) wsum += s_red[1][i];
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  if (t < n) s_w[t] = e * inv;
+  __syncthreads();
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = g; s0 < n; s0 += kCombineBatch * kCombineGroups) {
-    float4 v[kCombineBatch];
-    float wgt[kCombineBatch];
+  for (int s0 = g;;) {
 #pragma unroll
     for (int u = 0; u < kCombineBatch; ++u) {
       const int s = s0 + u * kCombineGroups;
-      wgt[u] = s < n ? s_w[s] : 0.f;
-      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float wgt = s < n ? s_w[s] : 0.f;
+      acc.x += wgt * v[u].x;
+      acc.y += wgt * v[u].y;
+      acc.z += wgt * v[u].z;
+      acc.w += wgt * v[u].w;
     }
+    s0 += kCombineBatch * kCombineGroups;
+    if (s0 >= n) break;
 #pragma unroll
     for (int u = 0; u < kCombineBatch; ++u) {
-      acc.x += wgt[u] * v[u].x;
-      acc.y += wgt[u] * v[u].y;
-      acc.z += wgt[u] * v[u].z;
-      acc.w += wgt[u] * v[u].w;
+      const int s = s0 + u * kCombineGroups;
+      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   if constexpr (kCombineGroups > 1) {
