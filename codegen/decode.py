@@ -217,6 +217,13 @@ class DecodeConfig(BaseModel):
         return policy.head_blocks(self.family, num_q_heads, num_kv_heads, self.heads_per_cta)
 
     @property
+    def wave_splits(self) -> int:
+        """policy.num_splits' wave_splits: GQA grids that fill the GPU are split (up to WAVE_SPLITS
+        ways) where that evens out their last wave; MLA's are not (a split's fp32 partial rows and Q
+        reload cost more than the wave gains: bench/RESULTS.md)."""
+        return policy.WAVE_SPLITS if self.family == "gqa_decode" else 1
+
+    @property
     def ctas_per_sm(self) -> int:
         """CTAs that fit on one SM by shared memory (the launch-bounds hint and the split planner use it)."""
         spec = arch_spec(self.arch)

@@ -42,10 +42,33 @@ def min_keys_per_split(block_n: int) -> int:
     return max(2 * block_n, 256)
 
 
-def num_splits(ctas: int, ctas_per_sm: int, num_sms: int) -> int:
-    """Splits per sequence so the grid fills the SMs: shapes and SM count only, never the lengths
-    (so a captured graph replays with new lengths)."""
-    return max(1, min(MAX_SPLITS, (num_sms * ctas_per_sm) // max(ctas, 1)))
+WAVE_SPLITS = 4       # splits per sequence a GQA grid that already fills the GPU may take to even out its waves
+SPLIT_COST_DIV = 20   # each split beyond the first costs 1/20 of a sequence's unsplit work (Q, fill, epilogue)
+WAVE_SPLIT_SLOTS = 8  # split CTAs at most, in units of SMs x CTAs per SM (bounds the partials' workspace)
+
+
+def num_splits(ctas: int, ctas_per_sm: int, num_sms: int, wave_splits: int = 1) -> int:
+    """Splits per sequence: the k in 1 .. max(slots // ctas, wave_splits) (at most MAX_SPLITS) with
+    the least modelled time, waves(k) / k x (1 + (k - 1) / SPLIT_COST_DIV), where waves(k) =
+    ceil(ctas x k / slots) and slots = SMs x CTAs per SM; the smaller k on a tie; and never more
+    than WAVE_SPLIT_SLOTS x slots CTAs in all (so split launches need a bounded workspace,
+    `split_pairs_bound`). A grid up to half the slots gets slots // ctas (it fills one wave; more
+    splits only add cost), as before; a grid past the slots gets a few splits when its last wave
+    would run mostly empty (544 CTAs on 264 slots: 3 waves unsplit, 7 waves of thirds). Shapes and
+    SM count only, never the lengths (so a captured graph replays with new lengths; the device plan
+    gives short sequences fewer splits). `wave_splits` 1 (MLA: a split's partial rows and Q reload
+    cost far more than 1/20, measured: bench/RESULTS.md) leaves grids that fill the GPU unsplit and
+    gives the others min(MAX_SPLITS, slots // ctas), the cost falling with k inside one wave; GQA
+    takes WAVE_SPLITS (`DecodeConfig.wave_splits`)."""
+    slots, ctas = num_sms * ctas_per_sm, max(ctas, 1)
+    best, best_num, best_den = 1, 0, 1
+    for k in range(1, min(MAX_SPLITS, max(slots // ctas, wave_splits)) + 1):
+        if k > 1 and ctas * k > WAVE_SPLIT_SLOTS * slots:
+            break
+        num, den = -(-ctas * k // slots) * (SPLIT_COST_DIV - 1 + k), k  # cost x SPLIT_COST_DIV, as a fraction
+        if k == 1 or num * best_den < best_num * den:
+            best, best_num, best_den = k, num, den
+    return best
 
 
 def split_plan(seqlen: int, splits: int, min_keys: int, block_n: int) -> tuple[int, int]:
@@ -61,10 +84,25 @@ def head_blocks(family: str, num_q_heads: int, num_kv_heads: int, heads_per_cta:
     return -(-num_q_heads // heads_per_cta) if family == "mla_decode" else num_kv_heads
 
 
-def workspace_rows(max_batch: int, s_q: int, num_q_heads: int, blocks: int, ctas_per_sm: int, num_sms: int) -> int:
+def split_pairs_bound(blocks: int, ctas_per_sm: int, num_sms: int, wave_splits: int = 1) -> int:
+    """The most (sequence, split) pairs a split launch of any batch has: batch * num_splits(blocks *
+    batch) over the batches that split (a launch that does not split needs no partials). Split
+    launches have at most WAVE_SPLIT_SLOTS x slots CTAs, so the batches to try are finite."""
+    slots, blocks = num_sms * ctas_per_sm, max(blocks, 1)
+    most = 0
+    for b in range(1, WAVE_SPLIT_SLOTS * slots // blocks + 1):
+        k = num_splits(blocks * b, ctas_per_sm, num_sms, wave_splits)
+        if k > 1:
+            most = max(most, b * k)
+    return max(most, 1)
+
+
+def workspace_rows(max_batch: int, s_q: int, num_q_heads: int, blocks: int, ctas_per_sm: int, num_sms: int,
+                   wave_splits: int = 1) -> int:
     """fp32 partial rows any call of at most `max_batch` sequences may need (batch * splits * s_q * H):
-    batch * num_splits(blocks * batch) <= max(max_batch, SMs * ctas_per_sm // blocks) for every batch."""
-    return max(max_batch, (num_sms * ctas_per_sm) // max(blocks, 1)) * s_q * num_q_heads
+    the largest batch * num_splits(blocks * batch) over batch 1 .. max_batch (as the C launchers' loop)."""
+    most = max(b * num_splits(blocks * b, ctas_per_sm, num_sms, wave_splits) for b in range(1, max(max_batch, 1) + 1))
+    return most * s_q * num_q_heads
 
 
 # ---- the same formulas for the device code and the C launchers ----------------------------------
@@ -81,9 +119,24 @@ C_POLICY = f"""\
 constexpr int kMaxSplits = {MAX_SPLITS};
 constexpr int kErrSeqlen = {ERR_SEQLEN}, kErrPage = {ERR_PAGE};
 KVFORGE_HD inline int policy_min_keys_per_split(int block_n) {{ return 2 * block_n > 256 ? 2 * block_n : 256; }}
-KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms) {{
-  const int s = num_sms * ctas_per_sm / (ctas > 1 ? ctas : 1);
-  return s < 1 ? 1 : (s > kMaxSplits ? kMaxSplits : s);
+// Splits per sequence: num_splits() in codegen/policy.py (the least modelled time over k splits).
+KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms, int wave_splits) {{
+  const long long slots = (long long)num_sms * ctas_per_sm, c = ctas > 1 ? ctas : 1;
+  long long kmax = slots / c;
+  kmax = kmax > wave_splits ? kmax : wave_splits;
+  kmax = kmax < kMaxSplits ? kmax : kMaxSplits;
+  int best = 1;
+  long long best_num = 0, best_den = 1;
+  for (int k = 1; k <= kmax; ++k) {{
+    if (k > 1 && c * k > {WAVE_SPLIT_SLOTS} * slots) break;
+    const long long num = (c * k + slots - 1) / slots * ({SPLIT_COST_DIV} - 1 + k), den = k;
+    if (k == 1 || num * best_den < best_num * den) {{
+      best = k;
+      best_num = num;
+      best_den = den;
+    }}
+  }}
+  return best;
 }}
 // (chunks, keys per chunk) of one sequence: what split_plan() in codegen/policy.py computes.
 KVFORGE_HD inline void policy_split_plan(int seqlen, int splits, int min_keys, int block_n, int* n_out,

@@ -73,6 +73,20 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
                                 scale_block_size=kv.scale_block_size if fp8 else None, sequences_split=split)
 
 
+def _batch_per_split_flag(heads: int, s_q: int, max_batch: int, device_id: int) -> list[int]:
+    """The first batch in 1 .. max_batch of each answer to 'does the split plan cut the sequences'
+    (what select_config's choice depends on the batch through)."""
+    from .select import sm90_sequences_split
+
+    sms = 0 if _on_rocm() else sm_count(device_id)
+    first: dict[bool, int] = {}
+    for batch in range(1, max_batch + 1):
+        first.setdefault(sms > 0 and sm90_sequences_split(batch, heads, s_q, sms), batch)
+        if len(first) == 2:
+            break
+    return sorted(first.values())
+
+
 _plans: dict[tuple, DecodePlan] = {}
 _plans_lock = threading.Lock()
 
@@ -491,15 +505,18 @@ class _DecodeObject:
         self.config = config  # the variant at max_batch
         self.plan = plan_for(config, self.device_id)
         # Smaller batches may take another variant (the sm90 MLA kernel's schedule depends on whether
-        # the split plan cuts sequences, which a batch of 1 does whenever max_batch's does not): both
-        # are compiled and loaded here, so that run() never compiles.
+        # the split plan cuts sequences, which is not monotonic in the batch: a grid just past a full
+        # wave is split to even out its waves): every variant a batch of 1 .. max_batch takes is
+        # compiled and loaded here, so that run() never compiles.
         self._plans = {config: self.plan}
         if not self._pinned:
-            small = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, 1)
-            if small not in self._plans:
-                self._plans[small] = plan_for(small, self.device_id)
+            for batch in _batch_per_split_flag(group, s_q, max_batch, self.device_id):
+                cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, batch)
+                if cfg not in self._plans:
+                    self._plans[cfg] = plan_for(cfg, self.device_id)
         blocks = config.head_blocks(num_q_heads, num_kv_heads)
-        rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms)
+        rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms,
+                                     config.wave_splits)
         self._workspace = None
         self._workspace_floats = rows * (1 + config.head_dim_v)
         self._source = _FixedPlan(self)
@@ -523,7 +540,7 @@ class _DecodeObject:
         s = self._shape
         cfg = select_config(self.family, s.dtype, s.page_size, s.group, s.head_dim, s.s_q, self.device_id, s.kv, batch)
         plan = self._plans.get(cfg)
-        if plan is None:  # not expected: batch 1 and max_batch bound the choices
+        if plan is None:  # not expected: the constructor loaded the choice of every batch up to max_batch
             plan = self._plans.setdefault(cfg, plan_for(cfg, self.device_id))
         return plan
 

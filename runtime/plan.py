@@ -109,17 +109,17 @@ class DecodePlan:
 
     def stream_workspace(self, stream: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> int:
         """A workspace for split calls on `stream`, allocated once per (stream, s_q, heads) and
-        never resized: a sequence is split only while head_blocks * batch < SMs * ctas_per_sm, so
-        batch * splits <= SMs * ctas_per_sm // head_blocks whatever the batch. Calls on one stream
-        are ordered, so they may share it; so do graphs captured on one stream (replay them on one
-        stream, as with any persistent workspace)."""
+        never resized: split launches have at most policy.WAVE_SPLIT_SLOTS x SMs x ctas_per_sm
+        CTAs, so batch * splits <= policy.split_pairs_bound(...) whatever the batch. Calls on one
+        stream are ordered, so they may share it; so do graphs captured on one stream (replay them
+        on one stream, as with any persistent workspace)."""
         key = (stream, s_q, num_q_heads, num_kv_heads)
         buf = self._stream_workspaces.get(key)
         if buf is None:
             from .memory import DeviceBuffer
 
             blocks = self.config.head_blocks(num_q_heads, num_kv_heads)
-            pairs = max(1, (self.num_sms * self.config.ctas_per_sm) // blocks)
+            pairs = policy.split_pairs_bound(blocks, self.config.ctas_per_sm, self.num_sms, self.config.wave_splits)
             floats = pairs * s_q * num_q_heads * (1 + self.head_dim_v)
             if self.launcher.platform != "cuda":
                 raise RuntimeError("stream workspaces are CUDA allocations; HIP calls allocate through torch")
@@ -128,7 +128,7 @@ class DecodePlan:
 
     def splits(self, batch: int, num_q_heads: int, num_kv_heads: int) -> int:
         blocks = self.config.head_blocks(num_q_heads, num_kv_heads)
-        return policy.num_splits(blocks * batch, self.config.ctas_per_sm, self.num_sms)
+        return policy.num_splits(blocks * batch, self.config.ctas_per_sm, self.num_sms, self.config.wave_splits)
 
     def geometry(self, batch: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> tuple:
         """(splits, main grid, combine grid) for these sizes (cached)."""

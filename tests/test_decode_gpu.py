@@ -289,6 +289,23 @@ def test_gqa_multi_query_causal(s_q, group):
     _check("gqa_decode", case, out, lse, causal=True)
 
 
+def test_gqa_grid_just_past_a_full_wave_is_split_to_even_out_its_waves():
+    """A GQA grid just past the GPU's CTA slots (2 sequences more than fill it, 8 KV heads) is split
+    (policy.num_splits with wave_splits) so its last wave is not nearly empty; ragged lengths (0 .. 1500
+    keys, so the device plan gives short sequences fewer splits) still match the float64 reference."""
+    from kvforge.runtime.decode import plan_for, select_config
+
+    cfg = select_config("gqa_decode", "bf16", 16, 4, 128, 1, 0)
+    plan = plan_for(cfg, 0)
+    batch = plan.num_sms * cfg.ctas_per_sm // 8 + 2
+    assert plan.splits(batch, 32, 8) > 1, (batch, cfg.ctas_per_sm, plan.num_sms)
+    lens = [(97 * i) % 1500 + (i % 4) for i in range(batch)]
+    case = make_case("gqa_decode", batch=batch, s_q=1, hq=32, hkv=8, d=128, page_size=16, lens=lens, seed=68)
+    out, lse = _poisoned(case, "gqa_decode")
+    _run("gqa_decode", case, out=out, lse=lse)
+    _check("gqa_decode", case, out, lse, causal=False)
+
+
 def test_gqa_long_single_sequence_takes_the_split_path():
     case = make_case("gqa_decode", batch=1, s_q=1, hq=32, hkv=8, d=128, page_size=16, lens=[20000], seed=9)
     out, lse = _poisoned(case, "gqa_decode")

@@ -88,9 +88,24 @@ __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 constexpr int kMaxSplits = 64;
 constexpr int kErrSeqlen = 1, kErrPage = 2;
 KVFORGE_HD inline int policy_min_keys_per_split(int block_n) { return 2 * block_n > 256 ? 2 * block_n : 256; }
-KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms) {
-  const int s = num_sms * ctas_per_sm / (ctas > 1 ? ctas : 1);
-  return s < 1 ? 1 : (s > kMaxSplits ? kMaxSplits : s);
+// Splits per sequence: num_splits() in codegen/policy.py (the least modelled time over k splits).
+KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms, int wave_splits) {
+  const long long slots = (long long)num_sms * ctas_per_sm, c = ctas > 1 ? ctas : 1;
+  long long kmax = slots / c;
+  kmax = kmax > wave_splits ? kmax : wave_splits;
+  kmax = kmax < kMaxSplits ? kmax : kMaxSplits;
+  int best = 1;
+  long long best_num = 0, best_den = 1;
+  for (int k = 1; k <= kmax; ++k) {
+    if (k > 1 && c * k > 8 * slots) break;
+    const long long num = (c * k + slots - 1) / slots * (20 - 1 + k), den = k;
+    if (k == 1 || num * best_den < best_num * den) {
+      best = k;
+      best_num = num;
+      best_den = den;
+    }
+  }
+  return best;
 }
 // (chunks, keys per chunk) of one sequence: what split_plan() in codegen/policy.py computes.
 KVFORGE_HD inline void policy_split_plan(int seqlen, int splits, int min_keys, int block_n, int* n_out,

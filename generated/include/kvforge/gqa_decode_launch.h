@@ -112,7 +112,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf
 static inline int kvforge_gqa_decode_sm80_sm100a_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_815777c5_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -180,7 +181,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm80_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_8590febc_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -227,7 +229,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_416edd16_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -274,7 +277,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm89_h4_ps16_n64_qbf16_kvfp8_
 static inline int kvforge_gqa_decode_sm80_sm89_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s2x1_pr4co4t_rcv_f7bb8c8a_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -322,7 +326,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_bfaeeb1b_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -404,7 +409,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_
 static inline int kvforge_gqa_decode_sm80_sm90_h1_ps16_n64_qfp16_kvfp8_pt_d64_sq1_s4x1_pr4co2t_rcv_8fcf5ede_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -473,7 +479,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h1_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_350002f2_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -555,7 +562,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_354d6f38_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -624,7 +632,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t_rcv_vbits_deb4073c_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -693,7 +702,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_0bcf31f9_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -761,7 +771,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_d207c153_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -843,7 +854,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s6x1_pr1co4t_tma_rcv_9c9a8ea0_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -926,7 +938,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qfp16_kvfp16_d128_sq1_s3x1_pr4co4t_bulk_8775dd81_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -994,7 +1007,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_7a4fd7b8_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1062,7 +1076,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d64_sq1_s3x1_pr1co4t_tma_cfe9d148_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 4, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1144,7 +1159,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_66110070_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1212,7 +1228,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvbf16_d256_sq1_s2x1_pr4co4t_bulk_f7f58bea_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 1, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1280,7 +1297,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_
 static inline int kvforge_gqa_decode_sm80_sm90_h8_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s6x1_pr1co4t_tma_rcv_c780808b_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1363,7 +1381,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16
 static inline int kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk_b138b52f_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1431,7 +1450,8 @@ extern "C" __global__ void kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_
 static inline int kvforge_gqa_decode_sm80_sm90_h8_ps64_n64_qbf16_kvfp8_sb128_d256_sq1_s2x1_pr2co4t_rcv_05c9a37e_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms);
+  return kvforge_policy::policy_num_splits((num_kv_heads) * batch, 2, num_sms,
+                                          4);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.

@@ -112,7 +112,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm80_h16_ps64_n32_qbf16_kvbf16_sq1_s3x1_pr1co2t_39405a80_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -159,7 +160,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvbf16_sq1_s5x1_pr4co4t_bulk_a729f711_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -227,7 +229,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8
 static inline int kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_dsmla_sq1_s2x1_pr4co4t_ld6cv4_91e03f01_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -296,7 +299,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8
 static inline int kvforge_mla_decode_sm80_sm90_h16_ps64_n32_qbf16_kvfp8_sb64_sq1_s2x1_pr4co4t_ld6cv4_0d4dabb3_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -365,7 +369,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8
 static inline int kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_bulk_rcv_c8871c77_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -434,7 +439,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_370405ae_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -502,7 +508,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm90_h32_ps64_n32_qbf16_kvbf16_sq2_s4x1_pr4co8t_522e2c32_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -570,7 +577,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm90_h64_ps16_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_eb659e8b_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -638,7 +646,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf1
 static inline int kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvbf16_sq1_s4x1_pr4co8t_518273b4_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -706,7 +715,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8
 static inline int kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qbf16_kvfp8_pt_sq1_s2x1_pr2co8t_ld4cv2_ba00002e_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -775,7 +785,8 @@ extern "C" __global__ void kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp1
 static inline int kvforge_mla_decode_sm80_sm90_h64_ps64_n32_qfp16_kvfp16_sq1_s4x1_pr4co8t_b318f9b9_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -843,7 +854,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_36c2f6ed_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -918,7 +930,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_seesaw_c3ef2139_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 15) / 16) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -993,7 +1006,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_8c11ac88_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1068,7 +1082,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_seesaw_33ba8b07_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 31) / 32) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1143,7 +1158,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvb
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_b360ed17_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1218,7 +1234,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvb
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_baefab4b_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1293,7 +1310,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_d1011cfe_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1368,7 +1386,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_75988694_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1443,7 +1462,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_a677f212_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1512,7 +1532,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_18abf534_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1587,7 +1608,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_35e3fd34_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1662,7 +1684,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_74af3d32_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1737,7 +1760,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_e38fa07a_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1812,7 +1836,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_af23eb9f_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1887,7 +1912,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s1_wg3_qc1_1845cb08_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -1956,7 +1982,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_aa234070_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -2025,7 +2052,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s1_wg3_qc1_12e83740_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -2094,7 +2122,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_31f3dbdd_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
@@ -2169,7 +2198,8 @@ extern "C" __global__ void kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp
 static inline int kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_4f2aa5bd_num_splits(int batch, int num_q_heads, int num_kv_heads, int num_sms) {
   (void)num_q_heads;
   (void)num_kv_heads;
-  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms);
+  return kvforge_policy::policy_num_splits(((num_q_heads + 63) / 64) * batch, 1, num_sms,
+                                          1);
 }
 
 // Device bytes of the workspace for any batch up to max_batch.
