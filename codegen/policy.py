@@ -56,17 +56,19 @@ def num_splits(ctas: int, ctas_per_sm: int, num_sms: int, wave_splits: int = 1) 
     splits only add cost), as before; a grid past the slots gets a few splits when its last wave
     would run mostly empty (544 CTAs on 264 slots: 3 waves unsplit, 7 waves of thirds). Shapes and
     SM count only, never the lengths (so a captured graph replays with new lengths; the device plan
-    gives short sequences fewer splits). `wave_splits` 1 (MLA: a split's partial rows and Q reload
+    gives short sequences fewer splits). Inside one wave the cost falls with k, so the search starts
+    at the fill count min(MAX_SPLITS, slots // ctas) (at least 1). `wave_splits` 1 (MLA: a split's partial rows and Q reload
     cost far more than 1/20, measured: bench/RESULTS.md) leaves grids that fill the GPU unsplit and
     gives the others min(MAX_SPLITS, slots // ctas), the cost falling with k inside one wave; GQA
     takes WAVE_SPLITS (`DecodeConfig.wave_splits`)."""
     slots, ctas = num_sms * ctas_per_sm, max(ctas, 1)
-    best, best_num, best_den = 1, 0, 1
-    for k in range(1, min(MAX_SPLITS, max(slots // ctas, wave_splits)) + 1):
-        if k > 1 and ctas * k > WAVE_SPLIT_SLOTS * slots:
+    fill = max(1, min(MAX_SPLITS, slots // ctas))  # inside one wave the cost falls with k: only the fill count
+    best, best_num, best_den = fill, 0, 1
+    for k in range(fill, min(MAX_SPLITS, max(fill, wave_splits)) + 1):
+        if k > fill and ctas * k > WAVE_SPLIT_SLOTS * slots:
             break
         num, den = -(-ctas * k // slots) * (SPLIT_COST_DIV - 1 + k), k  # cost x SPLIT_COST_DIV, as a fraction
-        if k == 1 or num * best_den < best_num * den:
+        if k == fill or num * best_den < best_num * den:
             best, best_num, best_den = k, num, den
     return best
 
@@ -122,15 +124,16 @@ KVFORGE_HD inline int policy_min_keys_per_split(int block_n) {{ return 2 * block
 // Splits per sequence: num_splits() in codegen/policy.py (the least modelled time over k splits).
 KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms, int wave_splits) {{
   const long long slots = (long long)num_sms * ctas_per_sm, c = ctas > 1 ? ctas : 1;
-  long long kmax = slots / c;
-  kmax = kmax > wave_splits ? kmax : wave_splits;
+  long long fill = slots / c;  // inside one wave the cost falls with k: only the fill count
+  fill = fill < 1 ? 1 : (fill > kMaxSplits ? kMaxSplits : fill);
+  long long kmax = fill > wave_splits ? fill : wave_splits;
   kmax = kmax < kMaxSplits ? kmax : kMaxSplits;
-  int best = 1;
+  int best = (int)fill;
   long long best_num = 0, best_den = 1;
-  for (int k = 1; k <= kmax; ++k) {{
-    if (k > 1 && c * k > {WAVE_SPLIT_SLOTS} * slots) break;
+  for (int k = (int)fill; k <= kmax; ++k) {{
+    if (k > fill && c * k > {WAVE_SPLIT_SLOTS} * slots) break;
     const long long num = (c * k + slots - 1) / slots * ({SPLIT_COST_DIV} - 1 + k), den = k;
-    if (k == 1 || num * best_den < best_num * den) {{
+    if (k == fill || num * best_den < best_num * den) {{
       best = k;
       best_num = num;
       best_den = den;

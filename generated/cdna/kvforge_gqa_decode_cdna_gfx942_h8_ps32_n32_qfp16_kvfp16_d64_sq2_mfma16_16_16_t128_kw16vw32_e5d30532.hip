@@ -72,15 +72,16 @@ KVFORGE_HD inline int policy_min_keys_per_split(int block_n) { return 2 * block_
 // Splits per sequence: num_splits() in codegen/policy.py (the least modelled time over k splits).
 KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms, int wave_splits) {
   const long long slots = (long long)num_sms * ctas_per_sm, c = ctas > 1 ? ctas : 1;
-  long long kmax = slots / c;
-  kmax = kmax > wave_splits ? kmax : wave_splits;
+  long long fill = slots / c;  // inside one wave the cost falls with k: only the fill count
+  fill = fill < 1 ? 1 : (fill > kMaxSplits ? kMaxSplits : fill);
+  long long kmax = fill > wave_splits ? fill : wave_splits;
   kmax = kmax < kMaxSplits ? kmax : kMaxSplits;
-  int best = 1;
+  int best = (int)fill;
   long long best_num = 0, best_den = 1;
-  for (int k = 1; k <= kmax; ++k) {
-    if (k > 1 && c * k > 8 * slots) break;
+  for (int k = (int)fill; k <= kmax; ++k) {
+    if (k > fill && c * k > 8 * slots) break;
     const long long num = (c * k + slots - 1) / slots * (20 - 1 + k), den = k;
-    if (k == 1 || num * best_den < best_num * den) {
+    if (k == fill || num * best_den < best_num * den) {
       best = k;
       best_num = num;
       best_den = den;

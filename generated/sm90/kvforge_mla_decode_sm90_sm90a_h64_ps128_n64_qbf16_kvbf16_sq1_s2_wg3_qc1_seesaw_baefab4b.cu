@@ -96,15 +96,16 @@ KVFORGE_HD inline int policy_min_keys_per_split(int block_n) { return 2 * block_
 // Splits per sequence: num_splits() in codegen/policy.py (the least modelled time over k splits).
 KVFORGE_HD inline int policy_num_splits(int ctas, int ctas_per_sm, int num_sms, int wave_splits) {
   const long long slots = (long long)num_sms * ctas_per_sm, c = ctas > 1 ? ctas : 1;
-  long long kmax = slots / c;
-  kmax = kmax > wave_splits ? kmax : wave_splits;
+  long long fill = slots / c;  // inside one wave the cost falls with k: only the fill count
+  fill = fill < 1 ? 1 : (fill > kMaxSplits ? kMaxSplits : fill);
+  long long kmax = fill > wave_splits ? fill : wave_splits;
   kmax = kmax < kMaxSplits ? kmax : kMaxSplits;
-  int best = 1;
+  int best = (int)fill;
   long long best_num = 0, best_den = 1;
-  for (int k = 1; k <= kmax; ++k) {
-    if (k > 1 && c * k > 8 * slots) break;
+  for (int k = (int)fill; k <= kmax; ++k) {
+    if (k > fill && c * k > 8 * slots) break;
     const long long num = (c * k + slots - 1) / slots * (20 - 1 + k), den = k;
-    if (k == 1 || num * best_den < best_num * den) {
+    if (k == fill || num * best_den < best_num * den) {
       best = k;
       best_num = num;
       best_den = den;
@@ -775,6 +776,17 @@ __device__ __forceinline__ float combine_warp_sum(float x) {
   return x;
 }
 
+// Splits s0, s0 + kCombineGroups, ... (kCombineBatch of them; zeros past n) of this thread's four columns.
+__device__ __forceinline__ void combine_load_batch(float4 (&v)[kCombineBatch], const float* part_o, long long prow0,
+                                                   long long split_step, int s0, int n, int c) {
+#pragma unroll
+  for (int u = 0; u < kCombineBatch; ++u) {
+    const int s = s0 + u * kCombineGroups;
+    v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kCombineThreads, kCombineMinCTAs)
 kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_baefab4b_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, const int* __restrict__ seqlens, __nv_bfloat16* __restrict__ out, float* __restrict__ lse, int s_q, int num_q_heads, int num_splits) {
   __shared__ float s_w[kMaxSplits];
@@ -793,12 +805,7 @@ kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_b
   const int g = t / kCombineCols, c = (t % kCombineCols) * 4;
   // this thread's first batch of partial outputs: in flight while the weights are worked out
   float4 v[kCombineBatch];
-#pragma unroll
-  for (int u = 0; u < kCombineBatch; ++u) {
-    const int s = g + u * kCombineGroups;
-    v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  combine_load_batch(v, part_o, prow0, split_step, g, n, c);
   const float l = t < n ? part_lse[prow0 + t * split_step] : neg_inf();
   if (__syncthreads_or(l != l)) {  // a split the guard refused: the whole row is NaN
     for (int d = t * 2; d < kDv; d += 2 * kCombineThreads)
@@ -835,12 +842,7 @@ kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_b
     }
     s0 += kCombineBatch * kCombineGroups;
     if (s0 >= n) break;
-#pragma unroll
-    for (int u = 0; u < kCombineBatch; ++u) {
-      const int s = s0 + u * kCombineGroups;
-      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    combine_load_batch(v, part_o, prow0, split_step, s0, n, c);
   }
   if constexpr (kCombineGroups > 1) {
     s_acc[g][c / 4] = acc;
