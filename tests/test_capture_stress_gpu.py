@@ -137,6 +137,7 @@ def test_capture_every_selected_shape_back_to_back_then_replay_with_new_lengths(
                 torch.cuda.synchronize()
                 _check(shape, case, out, lse)
     torch.cuda.synchronize()
+    graphs.clear()  # destroyed here, outside any capture (see tests/conftest.py)
 
 
 @pytest.mark.timeout(300)
