@@ -13,12 +13,15 @@ rope chunks; each hand-off an mbarrier every thread of the giving warpgroup arri
 ring stage has two sub-stages (warpgroup 0's V columns; the rest), each with its own producer
 thread and barriers, so a tile's first half reloads while its second is read.
 
-fp8 KV: the ring holds fp8 tiles (cp.async.bulk of each page's run of tokens, and of its block
-scales, completing on the full barrier), and the math warpgroups convert each into one 16-bit tile
-in the swizzled layout (each the V columns its PV reads and half the rope rows), release the fp8
-slot, and run the same QK/PV on it. A separate convert warpgroup does not fit: the 16-bit tile,
-the fp8 ring and Q fill the 227 KB, and only three warpgroups' registers exist beside two math
-warpgroups of 232.
+fp8 KV, two ways (`fp8_staging`). 'registers': the producer warpgroup's 128 threads load each
+fp8 tile from global memory into registers (the next tile's loads issued as soon as the current one
+is stored, so they fly while the producers wait for a free slot), dequantize it (scales included)
+and store it, swizzled, into the same 2-stage 16-bit ring the TMA fills for 16-bit KV (every
+producer thread arrives on the full barrier after `fence.proxy.async`); the math warpgroups run the
+16-bit kernel unchanged. Shared-memory traffic is the 16-bit kernel's, and the conversion runs
+beside the math instead of before it. 'fp8_ring': the ring holds fp8 tiles (cp.async.bulk of each
+page's run of tokens and block scales), and the math warpgroups convert each into one 16-bit tile
+(each the V columns its PV reads and half the rope rows) before their QK, in series with it.
 """
 from __future__ import annotations
 
@@ -37,6 +40,10 @@ SWIZZLE_COLS = TMA_BOX_COLS  # 16-bit columns per 128-byte swizzle row (the TMA 
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: tiles start on this boundary
 PRODUCER_REGS = 40         # setmaxnreg: the producer warpgroup's registers per thread
 MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232) <= 65536)
+# fp8_staging='registers': the producers hold a whole fp8 tile (2 rows x 9 16-byte groups per thread,
+# scales) across the wait for a free slot, so they get more of the register file
+FP8_PRODUCER_REGS = 136
+FP8_MATH_REGS = 184
 
 
 class Sm90DecodeConfig(DecodeConfig):
@@ -50,6 +57,12 @@ class Sm90DecodeConfig(DecodeConfig):
         default="lockstep", description="math warpgroup schedule: 'lockstep' (each tile's QK split by keys, both "
         "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
         "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does)")
+
+    fp8_staging: Literal["fp8_ring", "registers"] = Field(
+        default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "
+        "registers, dequantizes and stores them into the 16-bit ring the math reads; beside the math) or "
+        "'fp8_ring' (an fp8 ring by bulk copies, converted by the math warpgroups into one 16-bit tile before "
+        "each QK)")
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
@@ -65,9 +78,13 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.family != "mla_decode":
             raise ValueError(f"{where}.family='gqa_decode': the sm90 backend's GQA kernels have not landed; "
                              "use backend 'sm80' (it runs on sm_90)")
-        if not self.is_fp8 and self.num_kv_stages < 2:
+        if not self.converts_in_math and self.num_kv_stages < 2:
             raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: a 16-bit KV ring needs 2 to 4 stages "
-                             "(1 is for fp8 KV, whose tiles are converted into a separate 16-bit tile)")
+                             "(1 is for fp8 KV with fp8_staging='fp8_ring', whose fp8 tiles are converted into a "
+                             "separate 16-bit tile)")
+        if not self.is_fp8 and self.fp8_staging != "registers":
+            raise ValueError(f"{where}.fp8_staging={self.fp8_staging!r}: for fp8 KV only (kv_dtype='fp8_e4m3'); "
+                             "remove it")
         if self.block_n != 64:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 MLA kernel takes tiles of 64 keys "
                              "(two math warpgroups x 32)")
@@ -76,8 +93,8 @@ class Sm90DecodeConfig(DecodeConfig):
                              f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
         if self.schedule == "seesaw":
             if self.is_fp8:
-                raise ValueError(f"{where}.schedule='seesaw': 16-bit KV only (fp8 tiles are converted into one "
-                                 "16-bit tile; use 'lockstep')")
+                raise ValueError(f"{where}.schedule='seesaw': 16-bit KV only (the fp8 producers fill whole "
+                                 "stages, not the seesaw's sub-stages; use 'lockstep')")
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
@@ -143,6 +160,16 @@ class Sm90DecodeConfig(DecodeConfig):
         return self.box_rows * 128
 
     @property
+    def converts_in_math(self) -> bool:
+        """fp8 KV through an fp8 ring, converted by the math warpgroups (fp8_staging='fp8_ring')."""
+        return self.is_fp8 and self.fp8_staging == "fp8_ring"
+
+    @property
+    def converts_in_producer(self) -> bool:
+        """fp8 KV loaded into the producers' registers and stored converted (fp8_staging='registers')."""
+        return self.is_fp8 and self.fp8_staging == "registers"
+
+    @property
     def tile_tx_bytes(self) -> int:
         """Bytes a full tile brings into its ring slot (the full barrier's transaction count)."""
         if self.is_fp8:
@@ -153,7 +180,7 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def kv16_tiles(self) -> int:
         """16-bit KV tiles in SMEM: the TMA ring's stages, or the single tile fp8 is converted into."""
-        return 1 if self.is_fp8 else self.num_kv_stages
+        return 1 if self.converts_in_math else self.num_kv_stages
 
     @property
     def kv8_scale_row_bytes(self) -> int:
@@ -168,7 +195,7 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def kv8_stage_bytes(self) -> int:
         """One fp8 ring slot: block_n tokens, then their block scales, rounded to 128 bytes."""
-        if not self.is_fp8:
+        if not self.converts_in_math:
             return 0
         return -(-(self.kv8_scale_offset + self.block_n * self.kv8_scale_row_bytes) // 128) * 128
 
@@ -208,8 +235,16 @@ class Sm90DecodeConfig(DecodeConfig):
         return self.cols_per_warpgroup // SWIZZLE_COLS
 
     @property
+    def producer_rows(self) -> int:
+        """fp8_staging='registers': tile rows each producer thread converts (a warp takes 8-row blocks
+        w and w + 4, a lane one row of each and a 16-column group of every 64-column chunk)."""
+        return self.block_n // 32
+
+    @property
     def full_arrivals(self) -> int:
-        return 1  # the producer thread's arrive.expect_tx; the TMA bytes complete the phase
+        # the producer thread's arrive.expect_tx (the TMA or bulk-copy bytes complete the phase), or
+        # every producer thread once its share of the converted tile is stored
+        return 128 if self.converts_in_producer else 1
 
     @property
     def empty_arrivals(self) -> int:
@@ -228,18 +263,18 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def producer_regs(self) -> int:
-        return PRODUCER_REGS
+        return FP8_PRODUCER_REGS if self.converts_in_producer else PRODUCER_REGS
 
     @property
     def math_regs(self) -> int:
-        return MATH_REGS
+        return FP8_MATH_REGS if self.converts_in_producer else MATH_REGS
 
     @cached_property
     def layout(self) -> SmemLayout:
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
-        if self.is_fp8:
+        if self.converts_in_math:
             b.add("kv8_stages", self.num_kv_stages * self.kv8_stage_bytes, align=128)
         if not self.seesaw:  # seesaw: P lives in the tiles' rope chunks
             b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
@@ -256,7 +291,7 @@ class Sm90DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
-        return fields + (["seesaw"] if self.seesaw else [])
+        return fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

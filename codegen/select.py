@@ -239,7 +239,12 @@ def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
     return "sm80"
 
 
-SM90_FP8_STAGES = (2, 1)  # fp8 ring depths tried, deepest first (the 16-bit tile, Q and the ring share 227 KB)
+SM90_FP8_STAGES = (2, 1)  # ring depths tried, deepest first (fp8_staging='fp8_ring': the 16-bit tile, Q and
+#                           the fp8 ring share 227 KB; 'registers': the 16-bit ring's 2 stages)
+# How the sm90 MLA kernel stages fp8 tiles: 'registers' (the producer warpgroup loads, dequantizes and
+# stores them into the 16-bit ring, beside the math) or 'fp8_ring' (converted by the math warpgroups
+# before each QK). bench/fp8_staging_ab.py measures both (bench/RESULTS.md).
+SM90_FP8_STAGING = "registers"
 
 
 def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
@@ -263,12 +268,12 @@ def sm90_schedule(sequences_split: bool) -> str:
 
 
 def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None,
-                sequences_split: bool = True) -> DecodeConfig:
+                sequences_split: bool = True, fp8_staging: str | None = None) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
     schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype,
-    scale_mode, scale_block_size) get the deepest fp8 ring that fits beside the 16-bit tile, and
-    the lockstep schedule."""
+    scale_mode, scale_block_size) get `fp8_staging` (default SM90_FP8_STAGING), the deepest ring
+    that fits, and the lockstep schedule."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
@@ -277,7 +282,8 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     err = None
     for stages in SM90_FP8_STAGES:
         try:
-            return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages})
+            return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages,
+                                        "fp8_staging": fp8_staging or SM90_FP8_STAGING})
         except ConfigError as e:
             err = e
     raise err

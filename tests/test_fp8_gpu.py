@@ -117,8 +117,8 @@ def test_mla_fp8_layouts_ragged(layout, block, scale_as, page_size):
 @pytest.mark.parametrize("layout,block,scale_as", LAYOUTS + [("fp8_ds_mla", None, "tensor")])
 @pytest.mark.parametrize("page_size", [16, 128])
 def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page_size):
-    """The same 64-head cases pinned to each backend: sm80's convert warps and sm90's bulk-copied
-    fp8 ring converted by the math warpgroups (sm_90 devices only)."""
+    """The same 64-head cases pinned to each backend: sm80's convert warps and sm90's built-in fp8
+    staging (sm_90 devices only)."""
     from kvforge.runtime.device import device_arch
     from kvforge.runtime.select import select_decode_config
 
@@ -133,6 +133,32 @@ def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page
     out, lse = _poisoned(c, "mla_decode")
     _run("mla_decode", c, out=out, lse=lse, config=cfg)
     _check("mla_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("staging", ["registers", "fp8_ring"])
+@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 32), ("block", 128), ("fp8_ds_mla", None)])
+@pytest.mark.parametrize("heads,s_q,page_size,lens", [
+    (64, 1, 16, LENS_RAGGED),                       # ragged, lengths 0 and 1, tiles spanning 4 pages
+    (32, 2, 128, [1, 130, 64, 5]),                  # causal s_q = 2, half-page tiles
+    (128, 1, 64, [9000]),                           # one long sequence: split, two head blocks
+    (64, 4, 32, [3, 300, 65, 128]),                 # causal s_q = 4, 16 heads per CTA
+])
+def test_mla_fp8_sm90_each_staging(staging, layout, block, heads, s_q, page_size, lens):
+    """The sm90 MLA kernel pinned to each way of staging fp8 tiles: the producer warpgroup's
+    registers into the 16-bit ring, or the fp8 ring converted by the math warpgroups (sm_90 only)."""
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    kv = {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block}
+    cfg = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging=staging)
+    assert cfg.fp8_staging == staging and cfg.backend == "sm90"
+    c = make_fp8_case("mla_decode", layout, block=block, batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, seed=heads + s_q + page_size)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
 @pytest.mark.parametrize("path", ["ring", "registers"])

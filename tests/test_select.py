@@ -6,6 +6,7 @@ import pytest
 
 from kvforge.codegen.arch import arch_spec
 from kvforge.codegen.matrix import load_matrix
+from kvforge.codegen.select import sm90_choice
 from kvforge.codegen.variant import Variant
 from kvforge.codegen.errors import ConfigError
 from kvforge.runtime.select import select_cdna_config, select_decode_config
@@ -50,7 +51,7 @@ def test_cdna_choice_is_pregenerated(arch):
 @pytest.mark.parametrize("heads,s_q", [(128, 1), (64, 1), (32, 1), (128, 2), (16, 2), (16, 4)])
 @pytest.mark.parametrize("page", [16, 64, 128])
 def test_mla_on_sm_90_chooses_sm90_with_enough_query_rows(heads, s_q, page):
-    from kvforge.codegen.select import SM90_MLA_MIN_ROWS
+    from kvforge.codegen.select import sm90_choice, SM90_MLA_MIN_ROWS
 
     assert heads * s_q >= SM90_MLA_MIN_ROWS
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", page, heads=heads, head_dim=576, s_q=s_q)
@@ -100,8 +101,8 @@ def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
 @pytest.mark.parametrize("heads,s_q", [(1, 1), (16, 1), (64, 1), (128, 1), (16, 4), (32, 2)])
 @pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 32), ("block", 64), ("fp8_ds_mla", None)])
 def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
-    """fp8 caches follow the 16-bit rule: the sm90 kernel (bulk-copied fp8 ring, converted by the
-    math warpgroups; the deepest ring that fits) above 16 query rows per CTA, else sm80 (per-tensor
+    """fp8 caches follow the 16-bit rule: the sm90 kernel (fp8 tiles staged in the producers' registers
+    into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (per-tensor
     scales dequantized in the consumers' registers, the others through load-and-convert rings); in
     the arch's shared memory, fp16 MMAs for per-tensor scales."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
@@ -113,9 +114,14 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
         assert cfg.fp8_convert == ("registers" if mode == "per_tensor" else "ring")
         assert (cfg.convert is None) == (mode == "per_tensor")
     else:
-        assert cfg.num_kv_stages == (2 if mode == "per_tensor" else 1) and cfg.kv16_tiles == 1
-        assert cfg.kv8_stage_bytes >= 64 * cfg.kv_token_bytes
+        assert cfg.fp8_staging == "registers" and cfg.num_kv_stages == 2 and cfg.kv16_tiles == 2
+        assert cfg.kv8_stage_bytes == 0 and "kv8_stages" not in {r.name for r in cfg.layout.regions}
+        assert cfg.full_arrivals == 128 and cfg.producer_regs + 2 * cfg.math_regs <= 512
         assert all(a.name != "kv_map" for a in Variant(cfg).contracts["main"].args)
+        ring = sm90_choice("mla_decode", "bf16", 64, s_q, {"kv_dtype": "fp8_e4m3", "scale_mode": mode,
+                                                          "scale_block_size": block}, fp8_staging="fp8_ring")
+        assert ring.num_kv_stages == (2 if mode == "per_tensor" else 1) and ring.kv16_tiles == 1
+        assert ring.kv8_stage_bytes >= 64 * ring.kv_token_bytes and ring.full_arrivals == 1
     assert cfg.layout.total_bytes <= arch_spec("sm_90").max_smem_per_block
     assert cfg.mma_dtype == ("fp16" if mode == "per_tensor" else "bf16")
 

@@ -90,6 +90,52 @@ __device__ __forceinline__ uint4 bf16x8_to(uint4 raw) {
 // The cache layouts a convert stage reads.
 enum class Layout { kPerTensor, kBlock, kPackedMLA };
 
+// The bytes behind sixteen values of one cached token from column `col` (a multiple of 16): `raw` =
+// 16 e4m3 bytes, or for kPackedMLA's rope (kRope: col >= kPackedLatent) 8 bf16 values in `raw` and 8
+// in `raw2`; `scale` = the value's fp32 scale (kBlock: block_scales[col / kScaleBlock]; kPackedMLA:
+// the token's own; kPerTensor: 1, folded elsewhere). kGlobal: `token` is in global memory and
+// read-only for the kernel's lifetime (non-coherent loads).
+template <Layout kLayout, int kScaleBlock, int kPackedLatent, bool kRope, bool kGlobal = false>
+__device__ __forceinline__ void load16_raw(const unsigned char* token, const float* block_scales, int col, uint4& raw,
+                                           uint4& raw2, float& scale) {
+  static_assert(kScaleBlock % 16 == 0 && kPackedLatent % kScaleBlock == 0, "16-value groups and scale blocks");
+  static_assert(!kRope || kLayout == Layout::kPackedMLA, "only the packed MLA token keeps a bf16 rope");
+  const auto ld16 = [](const void* p) {
+    if constexpr (kGlobal) return __ldg(reinterpret_cast<const uint4*>(p));
+    else return *reinterpret_cast<const uint4*>(p);
+  };
+  const auto ld4 = [](const float* p) {
+    if constexpr (kGlobal) return __ldg(p);
+    else return *p;
+  };
+  if constexpr (kRope) {
+    const unsigned char* rope = token + kPackedLatent + 4 * (kPackedLatent / kScaleBlock) + (col - kPackedLatent) * 2;
+    raw = ld16(rope);
+    raw2 = ld16(rope + 16);
+    scale = 1.f;
+  } else if constexpr (kLayout == Layout::kPackedMLA) {
+    raw = ld16(token + col);
+    scale = ld4(reinterpret_cast<const float*>(token + kPackedLatent) + col / kScaleBlock);
+  } else {
+    raw = ld16(token + col);
+    scale = kLayout == Layout::kBlock ? ld4(block_scales + col / kScaleBlock) : 1.f;
+  }
+}
+
+// load16_raw's bytes as sixteen MMA inputs T in two 16-byte words (lo: values 0..7, hi: 8..15):
+// e4m3 values times `scale` (kPerTensor: unscaled), or the packed token's bf16 rope converted to T.
+template <class T, Layout kLayout, bool kRope>
+__device__ __forceinline__ void raw16_to(const uint4& raw, const uint4& raw2, float scale, uint4& lo, uint4& hi) {
+  if constexpr (kRope) {
+    lo = bf16x8_to<T>(raw);
+    hi = bf16x8_to<T>(raw2);
+  } else {
+    constexpr bool kScaled = kLayout != Layout::kPerTensor;
+    lo = e4m3x8_to<T, kScaled>(make_uint2(raw.x, raw.y), scale);
+    hi = e4m3x8_to<T, kScaled>(make_uint2(raw.z, raw.w), scale);
+  }
+}
+
 // Sixteen values of one cached token from column `col` (a multiple of 16) as MMA inputs T, in two
 // 16-byte words. kPerTensor: e4m3 values, the scale folded elsewhere; kBlock: e4m3 values times
 // block_scales[col / kScaleBlock] (fp32); kPackedMLA: DeepSeek's 656-byte token (kPackedLatent e4m3
@@ -98,26 +144,17 @@ enum class Layout { kPerTensor, kBlock, kPackedMLA };
 template <class T, Layout kLayout, int kScaleBlock, int kPackedLatent>
 __device__ __forceinline__ void token16_to(const unsigned char* token, const float* block_scales, int col, uint4& lo,
                                            uint4& hi) {
-  static_assert(kScaleBlock % 16 == 0 && kPackedLatent % kScaleBlock == 0, "16-value groups and scale blocks");
+  uint4 raw, raw2 = make_uint4(0u, 0u, 0u, 0u);
+  float scale;
   if constexpr (kLayout == Layout::kPackedMLA) {
-    const float* scales = reinterpret_cast<const float*>(token + kPackedLatent);
-    if (col >= kPackedLatent) {  // rope: bf16 after the scales
-      const uint4* rope = reinterpret_cast<const uint4*>(token + kPackedLatent + 4 * (kPackedLatent / kScaleBlock) +
-                                                         (col - kPackedLatent) * 2);
-      lo = bf16x8_to<T>(rope[0]);
-      hi = bf16x8_to<T>(rope[1]);
+    if (col >= kPackedLatent) {
+      load16_raw<kLayout, kScaleBlock, kPackedLatent, true>(token, block_scales, col, raw, raw2, scale);
+      raw16_to<T, kLayout, true>(raw, raw2, scale, lo, hi);
       return;
     }
-    const uint4 raw = *reinterpret_cast<const uint4*>(token + col);
-    lo = e4m3x8_to<T, true>(make_uint2(raw.x, raw.y), scales[col / kScaleBlock]);
-    hi = e4m3x8_to<T, true>(make_uint2(raw.z, raw.w), scales[col / kScaleBlock]);
-  } else {
-    constexpr bool kScaled = kLayout == Layout::kBlock;
-    const float scale = kScaled ? block_scales[col / kScaleBlock] : 1.f;
-    const uint4 raw = *reinterpret_cast<const uint4*>(token + col);
-    lo = e4m3x8_to<T, kScaled>(make_uint2(raw.x, raw.y), scale);
-    hi = e4m3x8_to<T, kScaled>(make_uint2(raw.z, raw.w), scale);
   }
+  load16_raw<kLayout, kScaleBlock, kPackedLatent, false>(token, block_scales, col, raw, raw2, scale);
+  raw16_to<T, kLayout, false>(raw, raw2, scale, lo, hi);
 }
 
 // bf16 queries for fp16 MMAs (per-tensor scales): the bf16 words of a query tile in shared memory

@@ -1,0 +1,72 @@
+"""fp8 MLA on the sm90 kernel: the two ways of staging fp8 tiles, against kvforge's 16-bit call.
+
+    python bench/fp8_staging_ab.py [--rounds N] [--layouts per_tensor,block128,fp8_ds_mla]
+
+'registers' (the producer warpgroup loads each fp8 tile into registers, dequantizes it and stores it
+into the 16-bit ring, beside the math) vs 'fp8_ring' (bulk copies into an fp8 ring, converted by the
+math warpgroups into one 16-bit tile before each QK), both pinned, on the sm90 MLA shapes of
+bench/bench.py. Same method as bench/bench.py: CUDA-graph replays of one call per KV copy (copies
+rotating past the L2), every call of a shape captured together and timed in rounds of rotating
+order, the median per call. 'x 16-bit' is the 16-bit call's time over the fp8 call's.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench import L2_BYTES, Shape, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
+from fp8 import quantized  # noqa: E402
+
+import kvforge  # noqa: E402
+from kvforge.codegen.select import sm90_choice  # noqa: E402
+
+SHAPES = [Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
+          Shape("mla_decode", 128, 4096, 64, s_q=2), Shape("mla_decode", 32, 8192, 128),
+          Shape("mla_decode", 1, 32768, 128)]
+LAYOUTS = {"per_tensor": ("per_tensor", None), "block64": ("block", 64), "block128": ("block", 128),
+           "fp8_ds_mla": ("fp8_ds_mla", None)}
+STAGINGS = ("fp8_ring", "registers")
+
+
+def run_fp8(sh: Shape, q, entry, bt, lens, config):
+    k, _, ks, _ = entry
+    return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks, causal=sh.s_q > 1, config=config)[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layouts", default="per_tensor,block128,fp8_ds_mla")
+    args = ap.parse_args()
+    layouts = [name for name in args.layouts.split(",") if name]
+    head = " | ".join(f"{n} {s} ms | x 16-bit" for n in layouts for s in STAGINGS)
+    print(f"| shape | 16-bit ms | {head} |")
+    print("|---|---|" + "---|---|" * len(layouts) * len(STAGINGS))
+    for sh in SHAPES:
+        copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+        q, kv, bt, lens = make_inputs(sh, copies)
+        calls = {"16-bit": [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)]}
+        for name in layouts:
+            layout, block = LAYOUTS[name]
+            qkv = quantized(sh, kv, layout, block)
+            for staging in STAGINGS:
+                cfg = sm90_choice("mla_decode", "bf16", sh.page, sh.s_q,
+                                  {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block},
+                                  fp8_staging=staging)
+                calls[f"{name} {staging}"] = [lambda i=i, c=cfg, e=qkv: run_fp8(sh, q, e[i], bt, lens, c)
+                                              for i in range(copies)]
+        got = interleaved_ms(calls, 20, args.rounds)
+        base = got["16-bit"]
+        cells = " | ".join(f"{got[f'{n} {s}']:.4f} | {base / got[f'{n} {s}']:.2f}x" for n in layouts for s in STAGINGS)
+        print(f"| {sh.label} | {base:.4f} | {cells} |", flush=True)
+        del q, kv, calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
