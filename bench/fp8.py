@@ -51,8 +51,8 @@ def quantized(sh: Shape, kv, layout: str, block: int | None):
 def run_fp8(sh: Shape, q, entry, bt, lens, config=None):
     k, v, ks, vs = entry
     if sh.family == "mla_decode":
-        return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks, config=config)[0]
-    return kvforge.gqa_decode(q, k, v, bt, lens, k_scale=ks, v_scale=vs, config=config)[0]
+        return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks, causal=sh.s_q > 1, config=config)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens, k_scale=ks, v_scale=vs, causal=sh.s_q > 1, config=config)[0]
 
 
 def convert_path_config(sh: Shape, layout: str, block: int | None, path: str):

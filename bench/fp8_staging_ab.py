@@ -19,9 +19,8 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench import L2_BYTES, Shape, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
-from fp8 import quantized  # noqa: E402
+from fp8 import quantized, run_fp8  # noqa: E402
 
-import kvforge  # noqa: E402
 from kvforge.codegen.select import sm90_choice  # noqa: E402
 
 SHAPES = [Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
@@ -31,10 +30,6 @@ LAYOUTS = {"per_tensor": ("per_tensor", None), "block64": ("block", 64), "block1
            "fp8_ds_mla": ("fp8_ds_mla", None)}
 STAGINGS = ("fp8_ring", "registers")
 
-
-def run_fp8(sh: Shape, q, entry, bt, lens, config):
-    k, _, ks, _ = entry
-    return kvforge.mla_decode(q, k, bt, lens, kv_scale=ks, causal=sh.s_q > 1, config=config)[0]
 
 
 def main() -> int:

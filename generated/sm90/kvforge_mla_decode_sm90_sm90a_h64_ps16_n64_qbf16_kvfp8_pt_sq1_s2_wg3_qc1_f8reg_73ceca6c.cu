@@ -82,7 +82,9 @@ static_assert(kDqk == kChunks * 64 && kChunkBytes == kBN * 128 && kStageBytes ==
 static_assert(kBoxRows * kBoxesPerTile == kBN && (kFp8 || kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes), "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
 static_assert(kOffP % 1024 == 0, "swizzle atoms");
-static_assert(Ring::kFullArrivals == 128 && Ring::kEmptyArrivals == kMathThreads,
+// full: one producer thread's expect-tx arrival, or (fp8 staged in registers) every producer thread's
+static_assert(Ring::kFullArrivals == (true ? kThreads - kMathThreads : 1) &&
+                  Ring::kEmptyArrivals == kMathThreads,
               "arrive counts");
 static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 512, "warpgroups and registers");
 static_assert(kOffBarriers + 2 * kStages * kSubs * 8 + kAlignSlack <= kSmemBytes, "layout");
