@@ -373,8 +373,8 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
 // (kvforge::Handoff): every thread of the giving warpgroup arrives after its stores (release), the
 // other waits on round = pair index (acquire); neither warpgroup gets a round ahead, since each
 // gives its next round only after taking the other's current one. Sub-stage releases (every math
-// thread arrives once per sub-stage and tile): A[L] wg0 after its PV, wg1 at once (never reads
-// it); A[R] wg0 after storing P_A, wg1 after its PV; B[L] wg1 after its QK, wg0 after its PV; B[R]
+// thread arrives once per sub-stage and tile): A[L] wg0 after its PV, wg1 once it has taken the
+// pair's hand-off (it never reads A[L]); A[R] wg0 after storing P_A, wg1 after its PV; B[L] wg1 after its QK, wg0 after its PV; B[R]
 // both after their PVs.
 constexpr int kBarWG0 = 2;  // named barrier kBarWG0 + g: one warpgroup
 constexpr float kMaxInit = -1e30f;  // finite: 2^(M - M') stays defined before the first visible key
@@ -580,8 +580,12 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   constexpr int kL = 0, kR = 1;
   const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
   float mx[2], m_new[2], f[2], sum[2];
-  pa.release_all(kL);  // warpgroup 1 never reads A's sub L
+  // Warpgroup 1 never reads A's sub L, but releases it only after taking this pair's hand-off: warpgroup 0
+  // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
+  // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
+  // completes at warpgroup 0's later release either way.)
   sm.handoff[0].take(t / 2);
+  pa.release_all(kL);
 #pragma unroll
   for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
   scale_o(o, f);  // to M0
