@@ -38,12 +38,28 @@ WGMMA_M = 64
 MATH_WARPGROUPS = 2
 SWIZZLE_COLS = TMA_BOX_COLS  # 16-bit columns per 128-byte swizzle row (the TMA box's inner extent)
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: tiles start on this boundary
+# setmaxnreg moves registers between warpgroups inside the CTA's allocation, which is fixed at launch:
+# 384 threads get at most 168 registers each (65536 / 384, in units of 8), so one producer and two
+# math warpgroups' counts must sum to at most 3 x 168 = 504. More (e.g. 80 + 2 x 216 = 512) makes the
+# math warpgroups' setmaxnreg.inc wait forever for registers that never come free: a hang, not an error.
+REGISTER_FILE = 65536
+REG_UNIT = 8               # registers per thread are allocated (and setmaxnreg counts) in multiples of 8
 PRODUCER_REGS = 40         # setmaxnreg: the producer warpgroup's registers per thread
-MATH_REGS = 232            # ... and each math warpgroup's (128 x (40 + 2 x 232) <= 65536)
+MATH_REGS = 232            # ... and each math warpgroup's (40 + 2 x 232 = 504)
 # fp8_staging='registers': the producers hold a whole fp8 tile (2 rows x 9 16-byte groups per thread,
 # scales) across the wait for a free slot, so they get more of the register file
 FP8_PRODUCER_REGS = 136
 FP8_MATH_REGS = 184
+
+
+def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
+    """Registers per thread-slot triple the CTA holds at launch (what the setmaxnreg counts share)."""
+    return warpgroups * (REGISTER_FILE // (128 * warpgroups) // REG_UNIT * REG_UNIT)
+
+
+for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS)):
+    assert _p % REG_UNIT == 0 and _m % REG_UNIT == 0 and 24 <= _p <= 256 and 24 <= _m <= 256, (_p, _m)
+    assert _p + MATH_WARPGROUPS * _m <= register_budget(), (_p, _m, register_budget())
 
 
 class Sm90DecodeConfig(DecodeConfig):
@@ -260,6 +276,11 @@ class Sm90DecodeConfig(DecodeConfig):
     def handoff_arrivals(self) -> int:
         """Arrivals completing a hand-off round: every thread of the giving warpgroup."""
         return self.math_threads // MATH_WARPGROUPS
+
+    @property
+    def register_budget(self) -> int:
+        """producer_regs + 2 x math_regs may not exceed this (setmaxnreg within the launch's registers)."""
+        return register_budget()
 
     @property
     def producer_regs(self) -> int:

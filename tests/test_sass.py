@@ -113,6 +113,10 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
     local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
     assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"
     assert res.spill_store_bytes == res.spill_load_bytes == 0, report
+    # setmaxnreg only moves registers within the launch's allocation: asking for more hangs the kernel
+    cfg = variant.config
+    assert cfg.producer_regs + 2 * cfg.math_regs <= 3 * res.registers, (
+        f"setmaxnreg {cfg.producer_regs} + 2 x {cfg.math_regs} exceeds 3 x {res.registers}; {report}")
 
 
 def _combine_representatives():

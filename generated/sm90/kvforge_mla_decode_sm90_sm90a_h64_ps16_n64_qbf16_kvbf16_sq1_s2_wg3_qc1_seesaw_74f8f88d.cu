@@ -79,7 +79,8 @@ static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0
 static_assert(Ring::kFullArrivals == (false ? kThreads - kMathThreads : 1) &&
                   Ring::kEmptyArrivals == kMathThreads,
               "arrive counts");
-static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 512, "warpgroups and registers");
+static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 504,
+              "warpgroups and registers: setmaxnreg shares the launch's 3 x 168 registers per thread slot");
 static_assert(kOffBarriers + 2 * kStages * kSubs * 8 + kAlignSlack <= kSmemBytes, "layout");
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
