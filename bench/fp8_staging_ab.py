@@ -1,10 +1,12 @@
-"""fp8 MLA on the sm90 kernel: the two ways of staging fp8 tiles, against kvforge's 16-bit call.
+"""fp8 MLA on the sm90 kernel: the ways of staging fp8 tiles, against kvforge's 16-bit call.
 
     python bench/fp8_staging_ab.py [--rounds N] [--layouts per_tensor,block128,fp8_ds_mla]
 
 'registers' (the producer warpgroup loads each fp8 tile into registers, dequantizes it and stores it
 into the 16-bit ring, beside the math) vs 'fp8_ring' (bulk copies into an fp8 ring, converted by the
-math warpgroups into one 16-bit tile before each QK), both pinned, on the sm90 MLA shapes of
+math warpgroups into one 16-bit tile before each QK), both under the lockstep schedule, and for
+per-tensor scales 'slot' (the seesaw: TMA of the fp8 columns into the 16-bit slot they become,
+converted there by the producer warpgroup), all pinned, on the sm90 MLA shapes of
 bench/bench.py. Same method as bench/bench.py: CUDA-graph replays of one call per KV copy (copies
 rotating past the L2), every call of a shape captured together and timed in rounds of rotating
 order, the median per call. 'x 16-bit' is the 16-bit call's time over the fp8 call's.
@@ -28,7 +30,12 @@ SHAPES = [Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64)
           Shape("mla_decode", 1, 32768, 128)]
 LAYOUTS = {"per_tensor": ("per_tensor", None), "block64": ("block", 64), "block128": ("block", 128),
            "fp8_ds_mla": ("fp8_ds_mla", None)}
-STAGINGS = ("fp8_ring", "registers")
+STAGINGS = ("fp8_ring", "registers", "slot")
+SLOT_LAYOUTS = ("per_tensor",)  # the layouts fp8_staging='slot' takes (codegen/select.py)
+
+
+def stagings(name: str) -> tuple[str, ...]:
+    return STAGINGS if LAYOUTS[name][0] in SLOT_LAYOUTS else STAGINGS[:2]
 
 
 
@@ -38,9 +45,10 @@ def main() -> int:
     ap.add_argument("--layouts", default="per_tensor,block128,fp8_ds_mla")
     args = ap.parse_args()
     layouts = [name for name in args.layouts.split(",") if name]
-    head = " | ".join(f"{n} {s} ms | x 16-bit" for n in layouts for s in STAGINGS)
+    cols = [(n, s) for n in layouts for s in stagings(n)]
+    head = " | ".join(f"{n} {s} ms | x 16-bit" for n, s in cols)
     print(f"| shape | 16-bit ms | {head} |")
-    print("|---|---|" + "---|---|" * len(layouts) * len(STAGINGS))
+    print("|---|---|" + "---|---|" * len(cols))
     for sh in SHAPES:
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
         q, kv, bt, lens = make_inputs(sh, copies)
@@ -48,7 +56,7 @@ def main() -> int:
         for name in layouts:
             layout, block = LAYOUTS[name]
             qkv = quantized(sh, kv, layout, block)
-            for staging in STAGINGS:
+            for staging in stagings(name):
                 cfg = sm90_choice("mla_decode", "bf16", sh.page, sh.s_q,
                                   {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block},
                                   fp8_staging=staging)
@@ -56,7 +64,7 @@ def main() -> int:
                                               for i in range(copies)]
         got = interleaved_ms(calls, 20, args.rounds)
         base = got["16-bit"]
-        cells = " | ".join(f"{got[f'{n} {s}']:.4f} | {base / got[f'{n} {s}']:.2f}x" for n in layouts for s in STAGINGS)
+        cells = " | ".join(f"{got[f'{n} {s}']:.4f} | {base / got[f'{n} {s}']:.2f}x" for n, s in cols)
         print(f"| {sh.label} | {base:.4f} | {cells} |", flush=True)
         del q, kv, calls
         torch.cuda.empty_cache()

@@ -13,7 +13,7 @@ rope chunks; each hand-off an mbarrier every thread of the giving warpgroup arri
 ring stage has two sub-stages (warpgroup 0's V columns; the rest), each with its own producer
 thread and barriers, so a tile's first half reloads while its second is read.
 
-fp8 KV, two ways (`fp8_staging`). 'registers': the producer warpgroup's 128 threads load each
+fp8 KV, three ways (`fp8_staging`). 'registers': the producer warpgroup's 128 threads load each
 fp8 tile from global memory into registers (the next tile's loads issued as soon as the current one
 is stored, so they fly while the producers wait for a free slot), dequantize it (scales included)
 and store it, swizzled, into the same 2-stage 16-bit ring the TMA fills for 16-bit KV (every
@@ -22,6 +22,11 @@ producer thread arrives on the full barrier after `fence.proxy.async`); the math
 beside the math instead of before it. 'fp8_ring': the ring holds fp8 tiles (cp.async.bulk of each
 page's run of tokens and block scales), and the math warpgroups convert each into one 16-bit tile
 (each the V columns its PV reads and half the rope rows) before their QK, in series with it.
+'slot' (the seesaw, per-tensor scales): each sub-stage's fp8 columns land by TMA (uint8 tensor map,
+128-column boxes) in the upper part of the very 16-bit slot they become, and that sub-stage's half of
+the producer warpgroup converts them in place, front to back (box k's 16-bit output overwrites only
+boxes up to k, read into registers before a barrier over the half), then arrives on the full barrier:
+the HBM reads stay asynchronous and deep as for 16-bit KV, and no register holds a tile in flight.
 """
 from __future__ import annotations
 
@@ -50,6 +55,12 @@ MATH_REGS = 232            # ... and each math warpgroup's (40 + 2 x 232 = 504)
 # scales) across the wait for a free slot, so they get more of the register file
 FP8_PRODUCER_REGS = 136
 FP8_MATH_REGS = 184
+# ... under the seesaw, one sub-stage's groups at a time: the seesaw's math needs more
+# fp8_staging='slot' (the seesaw): the converters hold at most one 128-column box of their rows at a
+# time; the seesaw's math needs the rest
+FP8_SEESAW_PRODUCER_REGS = 72
+FP8_SEESAW_MATH_REGS = 216
+FP8_BOX_COLS = 128          # fp8 columns per TMA box (128 bytes, the swizzle span)
 
 
 def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
@@ -57,7 +68,8 @@ def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
     return warpgroups * (REGISTER_FILE // (128 * warpgroups) // REG_UNIT * REG_UNIT)
 
 
-for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS)):
+for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS),
+               (FP8_SEESAW_PRODUCER_REGS, FP8_SEESAW_MATH_REGS)):
     assert _p % REG_UNIT == 0 and _m % REG_UNIT == 0 and 24 <= _p <= 256 and 24 <= _m <= 256, (_p, _m)
     assert _p + MATH_WARPGROUPS * _m <= register_budget(), (_p, _m, register_budget())
 
@@ -74,11 +86,12 @@ class Sm90DecodeConfig(DecodeConfig):
         "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
         "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does)")
 
-    fp8_staging: Literal["fp8_ring", "registers"] = Field(
+    fp8_staging: Literal["fp8_ring", "registers", "slot"] = Field(
         default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "
-        "registers, dequantizes and stores them into the 16-bit ring the math reads; beside the math) or "
+        "registers, dequantizes and stores them into the 16-bit ring the math reads; beside the math), "
         "'fp8_ring' (an fp8 ring by bulk copies, converted by the math warpgroups into one 16-bit tile before "
-        "each QK)")
+        "each QK) or 'slot' (schedule 'seesaw', per-tensor scales: fp8 columns land by TMA in the 16-bit slot "
+        "they become and are converted in place by the producer warpgroup)")
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
@@ -107,10 +120,15 @@ class Sm90DecodeConfig(DecodeConfig):
         if self.heads_per_cta * self.max_s_q > WGMMA_M:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows; the sm90 CTA holds {WGMMA_M}")
+        if self.converts_in_slot and (self.schedule != "seesaw" or self.scale_mode != "per_tensor"):
+            raise ValueError(f"{where}.fp8_staging='slot': for schedule='seesaw' with scale_mode='per_tensor' (got "
+                             f"schedule={self.schedule!r}, scale_mode={self.scale_mode!r}); use fp8_staging="
+                             "'registers' or 'fp8_ring' otherwise")
         if self.schedule == "seesaw":
-            if self.is_fp8:
-                raise ValueError(f"{where}.schedule='seesaw': 16-bit KV only (the fp8 producers fill whole "
-                                 "stages, not the seesaw's sub-stages; use 'lockstep')")
+            if self.is_fp8 and not self.converts_in_slot:
+                raise ValueError(f"{where}.schedule='seesaw': fp8 KV only with fp8_staging='slot' (got "
+                                 f"{self.fp8_staging!r}, whose producers fill whole stages); use "
+                                 "schedule='lockstep'")
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
@@ -186,6 +204,30 @@ class Sm90DecodeConfig(DecodeConfig):
         return self.is_fp8 and self.fp8_staging == "registers"
 
     @property
+    def converts_in_slot(self) -> bool:
+        """fp8 KV landing by TMA in the 16-bit slot it becomes, converted there (fp8_staging='slot')."""
+        return self.is_fp8 and self.fp8_staging == "slot"
+
+    @property
+    def slot_subs(self) -> tuple[dict, ...]:
+        """fp8_staging='slot': per sub-stage (L, R), its 16-bit chunks [first_chunk, first_chunk +
+        chunks), its fp8 TMA boxes (`boxes` of FP8_BOX_COLS columns from column col0; R's last box runs
+        past the row, the TMA fills zeros) and the chunk the first box lands in: the boxes take the
+        sub-stage's last chunks (an fp8 box is one 16-bit chunk's bytes), so box k's output (chunks
+        first_chunk + 2k, + 2k + 1) overwrites only boxes up to k."""
+        if not self.converts_in_slot:
+            return ()
+        subs = []
+        for first, end in ((0, self.sub_split_chunk), (self.sub_split_chunk, self.chunks_qk)):
+            chunks = end - first
+            boxes = -(-chunks * SWIZZLE_COLS // FP8_BOX_COLS)
+            subs.append({"first_chunk": first, "chunks": chunks, "boxes": boxes, "col0": first * SWIZZLE_COLS,
+                         "box_chunk": end - boxes})
+        for sub in subs:
+            assert sub["box_chunk"] >= sub["first_chunk"] + sub["boxes"] - 1 and sub["chunks"] <= 2 * sub["boxes"]
+        return tuple(subs)
+
+    @property
     def tile_tx_bytes(self) -> int:
         """Bytes a full tile brings into its ring slot (the full barrier's transaction count)."""
         if self.is_fp8:
@@ -232,7 +274,7 @@ class Sm90DecodeConfig(DecodeConfig):
         return paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.box_rows, per_kv_head=False)
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
-        return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 else ()
+        return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 or self.converts_in_slot else ()
 
     @property
     def seesaw(self) -> bool:
@@ -259,8 +301,17 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def full_arrivals(self) -> int:
         # the producer thread's arrive.expect_tx (the TMA or bulk-copy bytes complete the phase), or
-        # every producer thread once its share of the converted tile is stored
+        # every producer thread once its share of the converted tile is stored ('slot': each sub-stage
+        # has its own half of the producer warpgroup)
+        if self.converts_in_slot:
+            return 128 // self.kv_subs
         return 128 if self.converts_in_producer else 1
+
+    @property
+    def landed_barriers(self) -> int:
+        """fp8_staging='slot': an mbarrier per ring slot the TMA completes (the converters wait on it;
+        one arrival, the expect-tx of the sub-stage's issuing thread)."""
+        return self.num_kv_stages * self.kv_subs if self.converts_in_slot else 0
 
     @property
     def empty_arrivals(self) -> int:
@@ -284,10 +335,14 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def producer_regs(self) -> int:
+        if self.converts_in_slot:
+            return FP8_SEESAW_PRODUCER_REGS
         return FP8_PRODUCER_REGS if self.converts_in_producer else PRODUCER_REGS
 
     @property
     def math_regs(self) -> int:
+        if self.converts_in_slot:
+            return FP8_SEESAW_MATH_REGS
         return FP8_MATH_REGS if self.converts_in_producer else MATH_REGS
 
     @cached_property
@@ -306,13 +361,15 @@ class Sm90DecodeConfig(DecodeConfig):
         b.add("barriers", 2 * self.num_kv_stages * self.kv_subs * MBARRIER_BYTES, align=MBARRIER_BYTES)
         if self.seesaw:
             b.add("handoffs", self.handoffs * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        if self.converts_in_slot:
+            b.add("landed", self.landed_barriers * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()
 
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
-        return fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
+        return fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else []) + (["f8slot"] if self.converts_in_slot else [])
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

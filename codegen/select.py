@@ -245,6 +245,22 @@ SM90_FP8_STAGES = (2, 1)  # ring depths tried, deepest first (fp8_staging='fp8_r
 # stores them into the 16-bit ring, beside the math) or 'fp8_ring' (converted by the math warpgroups
 # before each QK). bench/fp8_staging_ab.py measures both (bench/RESULTS.md).
 SM90_FP8_STAGING = "registers"
+# ... except where the seesaw applies (the launch does not split sequences, `sm90_schedule`): per-tensor fp8
+# lands by TMA in the 16-bit slot it becomes and is converted there (fp8_staging='slot', the seesaw's math).
+# Measured (bench/fp8_staging_ab.py and its forerunner, four runs on H200s, graph replays, all pinned;
+# registers-lockstep time / slot-seesaw time): b=128 s_k=4096 h=32 1.02-1.04x, h=64 1.01-1.08x, h=128
+# 0.97-1.04x (three of four runs faster), s_q=2 h=64 1.00-1.03x; split launches lose (b=32 s_k=8192 h=128
+# 0.99-1.01x, b=1 s_k=32768 h=128 0.83-0.87x), as the 16-bit seesaw does there.
+SM90_FP8_SLOT_LAYOUTS = ("per_tensor",)
+
+
+def sm90_fp8_staging(scale_mode: str, sequences_split: bool) -> tuple[str, str]:
+    """(fp8_staging, schedule) of the sm90 MLA kernel for an fp8 cache in `scale_mode`: 'slot' under the
+    seesaw where the launch does not split sequences and the layout has a slot conversion (per-tensor),
+    SM90_FP8_STAGING under the lockstep otherwise."""
+    if scale_mode in SM90_FP8_SLOT_LAYOUTS and sm90_schedule(sequences_split) == "seesaw":
+        return "slot", "seesaw"
+    return SM90_FP8_STAGING, "lockstep"
 
 
 def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
@@ -272,18 +288,23 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
     schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype,
-    scale_mode, scale_block_size) get `fp8_staging` (default SM90_FP8_STAGING), the deepest ring
-    that fits, and the lockstep schedule."""
+    scale_mode, scale_block_size) get `fp8_staging` and its schedule (default `sm90_fp8_staging`: the
+    seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
+    'slot' takes the seesaw, any other staging the lockstep) and the deepest ring that fits."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
     if kv is None:
         return build(DecodeConfig, {**fields, "schedule": sm90_schedule(sequences_split)})
+    if fp8_staging is None:
+        fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], sequences_split)
+    else:
+        schedule = "seesaw" if fp8_staging == "slot" else "lockstep"
     err = None
     for stages in SM90_FP8_STAGES:
         try:
-            return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages,
-                                        "fp8_staging": fp8_staging or SM90_FP8_STAGING})
+            return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages, "fp8_staging": fp8_staging,
+                                        "schedule": schedule})
         except ConfigError as e:
             err = e
     raise err

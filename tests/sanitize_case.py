@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|fp8_mla_sm90_slot|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -156,6 +156,24 @@ def fp8_case(layout):
         assert not bool(torch.isnan(out).any())
 
 
+def fp8_slot_case():
+    """Per-tensor fp8 MLA on the sm90 seesaw with fp8_staging='slot' (TMA of fp8 boxes into the 16-bit
+    slot, converted in place): 64 heads over 16-key pages with a split
+    sequence, 128 heads over 64-key pages, s_q = 2 causal over 128-key pages (half-page tiles)."""
+    from kvforge.codegen.select import sm90_choice
+
+    for hq, s_q, page_size, lens in ((64, 1, 16, [1500, 40, 1]), (128, 1, 64, [900, 3]), (32, 2, 128, [700, 5])):
+        kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
+        cfg = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging="slot")
+        assert cfg.schedule == "seesaw"
+        case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens,
+                         seed=9)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
+        out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1,
+                                    config=cfg)
+        assert not bool(torch.isnan(out).any())
+
+
 def selftest_case(fill, arrive):
     from kvforge.codegen.variant import variant_from_dict
     from kvforge.runtime.selftest import launch_pipeline_selftest, reference_sums
@@ -178,6 +196,8 @@ if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
 elif what == "fp8_gqa_tma":
     fp8_gqa_tma_case()
+elif what == "fp8_mla_sm90_slot":
+    fp8_slot_case()
 elif what.startswith("fp8_"):
     fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":

@@ -135,8 +135,12 @@ def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page
     _check("mla_decode", c, out, lse, causal=False)
 
 
-@pytest.mark.parametrize("staging", ["registers", "fp8_ring"])
-@pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 32), ("block", 128), ("fp8_ds_mla", None)])
+SM90_STAGINGS = [(staging, layout, block) for staging in ("registers", "fp8_ring")
+                 for layout, block in (("per_tensor", None), ("block", 32), ("block", 128), ("fp8_ds_mla", None))]
+SM90_STAGINGS += [("slot", "per_tensor", None)]  # the seesaw's in-slot conversion: per-tensor scales only
+
+
+@pytest.mark.parametrize("staging,layout,block", SM90_STAGINGS)
 @pytest.mark.parametrize("heads,s_q,page_size,lens", [
     (64, 1, 16, LENS_RAGGED),                       # ragged, lengths 0 and 1, tiles spanning 4 pages
     (32, 2, 128, [1, 130, 64, 5]),                  # causal s_q = 2, half-page tiles
@@ -145,20 +149,52 @@ def test_mla_fp8_64_heads_on_each_backend(backend, layout, block, scale_as, page
 ])
 def test_mla_fp8_sm90_each_staging(staging, layout, block, heads, s_q, page_size, lens):
     """The sm90 MLA kernel pinned to each way of staging fp8 tiles: the producer warpgroup's
-    registers into the 16-bit ring, or the fp8 ring converted by the math warpgroups (sm_90 only)."""
+    registers into the 16-bit ring, the fp8 ring converted by the math warpgroups (both under the
+    lockstep schedule), or TMA into the 16-bit slot converted there (the seesaw) (sm_90 only)."""
     from kvforge.codegen.select import sm90_choice
     from kvforge.runtime.device import device_arch
 
     if device_arch(0) != "sm_90":
         pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
     kv = {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block}
+    schedule = "seesaw" if staging == "slot" else "lockstep"
     cfg = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging=staging)
-    assert cfg.fp8_staging == staging and cfg.backend == "sm90"
+    assert cfg.fp8_staging == staging and cfg.backend == "sm90" and cfg.schedule == schedule
     c = make_fp8_case("mla_decode", layout, block=block, batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
                       page_size=page_size, lens=lens, seed=heads + s_q + page_size)
     out, lse = _poisoned(c, "mla_decode")
     _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
     _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
+def test_mla_fp8_sm90_staging_follows_the_split_plan():
+    """On sm_90 a per-tensor fp8 MLA launch that fills the GPU without cutting sequences runs the seesaw
+    with the in-slot conversion, a split launch the lockstep with the producers' registers: chosen per
+    call (function API) and per run (plan object loads both); every result checked."""
+    import kvforge
+    from kvforge.runtime.decode import select_config
+    from kvforge.runtime.device import device_arch, sm_count
+    from kvforge.runtime.kv_format import KVFormat
+    from kvforge.runtime.select import sm90_sequences_split
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    fmt = KVFormat("fp8_e4m3", "per_tensor")
+    big = next(b for b in range(1, 512) if not sm90_sequences_split(b, 64, 1, sm_count(0)))
+    chosen = {b: select_config("mla_decode", "bf16", 16, 64, 576, 1, 0, fmt, b) for b in (big, big - 1)}
+    assert {b: (c.schedule, c.fp8_staging) for b, c in chosen.items()} == {
+        big: ("seesaw", "slot"), big - 1: ("lockstep", "registers")}
+    dec = kvforge.MLADecode(64, 16, "bf16", max_batch=big, fp8_layout="per_tensor")
+    for batch in (big, 5):
+        lens = [(53 * i) % 900 + (i % 2) for i in range(batch)]  # 0 .. 900 keys, ragged, 16-key pages
+        c = make_fp8_case("mla_decode", "per_tensor", batch=batch, s_q=1, hq=64, hkv=1, d=576, page_size=16,
+                          lens=lens, seed=batch)
+        out, lse = _poisoned(c, "mla_decode")
+        _run("mla_decode", c, out=out, lse=lse)
+        _check("mla_decode", c, out, lse, causal=False)
+        out, lse = _poisoned(c, "mla_decode")
+        dec.run(c.base.q, c.k, c.base.block_table, c.base.seqlens, kv_scale=c.k_scale, out=out, lse=lse)
+        _check("mla_decode", c, out, lse, causal=False)
 
 
 @pytest.mark.parametrize("path", ["ring", "registers"])

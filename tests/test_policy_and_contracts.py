@@ -146,7 +146,9 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
     text = render_launch_header(family, variants)
     declared = {m.group(1): [t.strip() for t in m.group(2).split(",")] for m in _DECL.finditer(text)}
     assert declared == {k.symbol: [a.ctype for a in k.args] for v in variants for k in v.kernels}
-    sm90 = [v for v in variants if v.backend == "sm90" and not v.config.is_fp8]  # fp8 tiles: bulk copies, no map
+    # sm90: a map over the cache (16-bit, or fp8 bytes for fp8_staging='slot'; the other fp8 stagings load
+    # without one)
+    sm90 = [v for v in variants if v.backend == "sm90" and (not v.config.is_fp8 or v.config.converts_in_slot)]
     tma = [v for v in variants if getattr(v.config, "kv_load", "") == "tma"]  # GQA: k_map and v_map
     assert ('#include "kvforge/sm90_tile.cuh"' in text) == bool(sm90 or tma)
     assert ("cudaGetDriverEntryPointByVersion" in text) == bool(sm90 or tma)
@@ -164,7 +166,8 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
             encode = " ".join(encode[:encode.index(");")].split())
             assert encode == (f"kvforge_tma::paged_kv_map(&kv_map_cache, k_cache, num_pages, "
                               f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {cfg.head_dim_qk}, {cfg.page_size}, "
-                              f"{cfg.head_dim_qk * 2}, {cfg.head_dim_qk * 2 * cfg.page_size}, 64, {cfg.box_rows}")
+                              f"{cfg.head_dim_qk * elem}, {cfg.head_dim_qk * elem * cfg.page_size}, {128 // elem}, "
+                              f"{cfg.box_rows}")
         elif v in tma:
             # rows of every KV head: [num_pages][page_size][num_kv_heads * D], boxes of one head's 128 bytes
             assert [a.name for a in main.args[-2:]] == ["k_map", "v_map"]

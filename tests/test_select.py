@@ -298,14 +298,28 @@ def test_block_scales_take_v_by_cvt_with_normalized_scales_or_by_bit_moves(v_con
 
 def test_sm90_schedule_rule():
     """16-bit MLA on sm_90: the seesaw where the grid fills the GPU without cutting sequences, the
-    lockstep where the split plan cuts them (or the batch is unknown); fp8 caches the lockstep."""
+    lockstep where the split plan cuts them (or the batch is unknown); per-tensor fp8 caches the seesaw
+    with the in-slot conversion where 16-bit ones take the seesaw, every other fp8 launch the lockstep
+    with the fp8 tiles staged in the producers' registers."""
     from kvforge.codegen import select
 
     assert select.sm90_schedule(False) == "seesaw" and select.sm90_schedule(True) == "lockstep"
     assert sm90_choice_schedule(128) == "lockstep"  # no batch: counted as split
     assert sm90_choice_schedule(128, sequences_split=False) == "seesaw"
-    assert select.sm90_choice("mla_decode", "bf16", 64, 1, kv={"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor"},
-                              sequences_split=False).schedule == "lockstep"
+    per_tensor = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor"}
+    for split, layout, block, want in ((False, "per_tensor", None, ("seesaw", "slot")),
+                                       (True, "per_tensor", None, ("lockstep", "registers")),
+                                       (False, "block", 128, ("lockstep", "registers")),
+                                       (False, "fp8_ds_mla", None, ("lockstep", "registers"))):
+        kv = {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block}
+        cfg = select.sm90_choice("mla_decode", "bf16", 64, 1, kv=kv, sequences_split=split)
+        assert (cfg.schedule, cfg.fp8_staging) == want, (split, layout)
+    slot = select.sm90_choice("mla_decode", "bf16", 16, 1, kv=per_tensor, sequences_split=False)
+    assert slot.full_arrivals == 64 and slot.landed_barriers == 4 and slot.producer_regs + 2 * slot.math_regs <= 504
+    assert [a.name for a in Variant(slot).contracts["main"].args][-1] == "kv_map"  # the fp8 boxes come by TMA
+    assert [(s["first_chunk"], s["chunks"], s["boxes"], s["box_chunk"], s["col0"]) for s in slot.slot_subs] == [
+        (0, 4, 2, 2, 0), (4, 5, 3, 6, 256)]
+    assert select.sm90_choice("mla_decode", "bf16", 64, 1, kv=per_tensor, fp8_staging="slot").schedule == "seesaw"
     # 132 SMs: the planner splits while 2 x CTAs <= 132; 128 heads are 2 head blocks per sequence
     assert not select.sm90_sequences_split(34, 128, 1, 132) and select.sm90_sequences_split(33, 128, 1, 132)
     assert not select.sm90_sequences_split(67, 64, 1, 132) and select.sm90_sequences_split(66, 64, 1, 132)

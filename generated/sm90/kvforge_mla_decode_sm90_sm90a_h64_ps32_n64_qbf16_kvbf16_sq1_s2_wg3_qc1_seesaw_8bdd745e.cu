@@ -75,8 +75,9 @@ static_assert(kBN == 64 && kKeysPerWG * 2 == kBN && kColsPerWG * 2 == kDv && kCo
 static_assert(kDqk == kChunks * 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes, "chunks");
 static_assert(kBoxRows * kBoxesPerTile == kBN && (kFp8 || kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes), "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
-// full: one producer thread's expect-tx arrival, or (fp8 staged in registers) every producer thread's
-static_assert(Ring::kFullArrivals == (false ? kThreads - kMathThreads : 1) &&
+// full: one producer thread's expect-tx arrival, or (fp8 staged in registers) every producer thread's,
+// or (fp8 converted in its slot) every converter of the sub-stage
+static_assert(Ring::kFullArrivals == (1) &&
                   Ring::kEmptyArrivals == kMathThreads,
               "arrive counts");
 static_assert(kThreads == 128 + kMathThreads && kProducerRegs + 2 * kMathRegs <= 504,
