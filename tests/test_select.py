@@ -39,6 +39,16 @@ def test_common_shapes_choose_a_pregenerated_variant(family, heads, d, page, s_q
     assert Variant(cfg).name in DEFAULT_NAMES
 
 
+@pytest.mark.parametrize("page", [16, 64])
+@pytest.mark.parametrize("split", [True, False])
+def test_sm90_fp8_per_tensor_choices_are_pregenerated(page, split):
+    """Both sm90 per-tensor fp8 choices (lockstep + registers where the plan splits, seesaw + slot where
+    it does not) are in the default matrix, so vendored users get the kernels the runtime runs."""
+    cfg = select_decode_config("mla_decode", "sm_90", "bf16", page, heads=64, head_dim=576, s_q=1,
+                               scale_mode="per_tensor", sequences_split=split)
+    assert cfg.fp8_staging == ("registers" if split else "slot") and Variant(cfg).name in DEFAULT_NAMES
+
+
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 def test_cdna_choice_is_pregenerated(arch):
     assert Variant(select_cdna_config("mla_decode", arch, "bf16", 64, heads=128, head_dim=576,
