@@ -55,11 +55,10 @@ MATH_REGS = 232            # ... and each math warpgroup's (40 + 2 x 232 = 504)
 # scales) across the wait for a free slot, so they get more of the register file
 FP8_PRODUCER_REGS = 136
 FP8_MATH_REGS = 184
-# ... under the seesaw, one sub-stage's groups at a time: the seesaw's math needs more
 # fp8_staging='slot' (the seesaw): the converters hold at most one 128-column box of their rows at a
 # time; the seesaw's math needs the rest
-FP8_SEESAW_PRODUCER_REGS = 72
-FP8_SEESAW_MATH_REGS = 216
+FP8_SLOT_PRODUCER_REGS = 72
+FP8_SLOT_MATH_REGS = 216
 FP8_BOX_COLS = 128          # fp8 columns per TMA box (128 bytes, the swizzle span)
 
 
@@ -69,7 +68,7 @@ def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
 
 
 for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS),
-               (FP8_SEESAW_PRODUCER_REGS, FP8_SEESAW_MATH_REGS)):
+               (FP8_SLOT_PRODUCER_REGS, FP8_SLOT_MATH_REGS)):
     assert _p % REG_UNIT == 0 and _m % REG_UNIT == 0 and 24 <= _p <= 256 and 24 <= _m <= 256, (_p, _m)
     assert _p + MATH_WARPGROUPS * _m <= register_budget(), (_p, _m, register_budget())
 
@@ -212,19 +211,26 @@ class Sm90DecodeConfig(DecodeConfig):
     def slot_subs(self) -> tuple[dict, ...]:
         """fp8_staging='slot': per sub-stage (L, R), its 16-bit chunks [first_chunk, first_chunk +
         chunks), its fp8 TMA boxes (`boxes` of FP8_BOX_COLS columns from column col0; R's last box runs
-        past the row, the TMA fills zeros) and the chunk the first box lands in: the boxes take the
-        sub-stage's last chunks (an fp8 box is one 16-bit chunk's bytes), so box k's output (chunks
-        first_chunk + 2k, + 2k + 1) overwrites only boxes up to k."""
+        past the row, the TMA fills zeros), the chunk the first box lands in and, per box, its 16-byte
+        units that hold the row's columns. The boxes take the sub-stage's last chunks (an fp8 box is one
+        16-bit chunk's bytes), so box k's output (chunks first_chunk + 2k, + 2k + 1) overwrites only
+        boxes up to k, and box 0's none (it is converted without a barrier)."""
         if not self.converts_in_slot:
             return ()
+        per_chunk = FP8_BOX_COLS // SWIZZLE_COLS  # 16-bit chunks one fp8 box becomes
+        units = FP8_BOX_COLS // 16  # 16-byte fp8 units per box row
         subs = []
         for first, end in ((0, self.sub_split_chunk), (self.sub_split_chunk, self.chunks_qk)):
             chunks = end - first
-            boxes = -(-chunks * SWIZZLE_COLS // FP8_BOX_COLS)
+            boxes = -(-chunks // per_chunk)
+            box_chunk = end - boxes
+            for k in range(boxes):
+                last_out = min(first + per_chunk * k + per_chunk - 1, end - 1)
+                assert last_out < box_chunk if k == 0 else last_out <= box_chunk + k, (first, end, k)
             subs.append({"first_chunk": first, "chunks": chunks, "boxes": boxes, "col0": first * SWIZZLE_COLS,
-                         "box_chunk": end - boxes})
-        for sub in subs:
-            assert sub["box_chunk"] >= sub["first_chunk"] + sub["boxes"] - 1 and sub["chunks"] <= 2 * sub["boxes"]
+                         "box_chunk": box_chunk,
+                         "box_units": [min(units, (chunks - per_chunk * k) * units // per_chunk)
+                                       for k in range(boxes)]})
         return tuple(subs)
 
     @property
@@ -308,6 +314,11 @@ class Sm90DecodeConfig(DecodeConfig):
         return 128 if self.converts_in_producer else 1
 
     @property
+    def fp8_box_cols(self) -> int:
+        """fp8_staging='slot': fp8 columns (bytes) per TMA box row, the swizzle span."""
+        return FP8_BOX_COLS
+
+    @property
     def landed_barriers(self) -> int:
         """fp8_staging='slot': an mbarrier per ring slot the TMA completes (the converters wait on it;
         one arrival, the expect-tx of the sub-stage's issuing thread)."""
@@ -336,13 +347,13 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def producer_regs(self) -> int:
         if self.converts_in_slot:
-            return FP8_SEESAW_PRODUCER_REGS
+            return FP8_SLOT_PRODUCER_REGS
         return FP8_PRODUCER_REGS if self.converts_in_producer else PRODUCER_REGS
 
     @property
     def math_regs(self) -> int:
         if self.converts_in_slot:
-            return FP8_SEESAW_MATH_REGS
+            return FP8_SLOT_MATH_REGS
         return FP8_MATH_REGS if self.converts_in_producer else MATH_REGS
 
     @cached_property
@@ -369,7 +380,8 @@ class Sm90DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
-        return fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else []) + (["f8slot"] if self.converts_in_slot else [])
+        return (fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
+                + (["f8slot"] if self.converts_in_slot else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

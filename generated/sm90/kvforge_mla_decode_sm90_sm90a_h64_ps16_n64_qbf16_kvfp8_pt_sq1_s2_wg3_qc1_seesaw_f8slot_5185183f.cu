@@ -78,6 +78,8 @@ constexpr int kScaleBlock = 128;
 constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 constexpr int kOffLanded = 222544;  // 4 mbarriers: a slot's fp8 boxes have landed
 constexpr int kBarConvert0 = 4;  // named barrier kBarConvert0 + sub: one sub-stage's 64 converters
+constexpr int kFp8BoxCols = 128;  // fp8 columns (bytes) per TMA box row
+static_assert(kFp8BoxCols == 128 && kChunkBytes == kBN * 128, "a box row is 8 16-byte units, two 16-bit chunks' columns");
 constexpr int kBarMath = 1;  // named barrier over both math warpgroups
 constexpr float kLn2 = 0.6931471805599453f;
 using Ring = kvforge::KVRing<kStages, kSubs, 64, 256>;
@@ -232,6 +234,7 @@ struct SlotSub0 {
   static constexpr int kBoxes = 2;           // its fp8 boxes of 128 columns
   static constexpr int kBoxChunk = 2;    // the chunk box 0 lands in
   static constexpr int kCol0 = 0;             // the cache column of box 0
+  static constexpr int kUnits[2] = {8, 8};  // per box, 16-byte units in the row
 };
 struct SlotSub1 {
   static constexpr int kFirst = 4;     // the sub-stage's first 16-bit chunk
@@ -239,13 +242,13 @@ struct SlotSub1 {
   static constexpr int kBoxes = 3;           // its fp8 boxes of 128 columns
   static constexpr int kBoxChunk = 6;    // the chunk box 0 lands in
   static constexpr int kCol0 = 256;             // the cache column of box 0
+  static constexpr int kUnits[3] = {8, 8, 4};  // per box, 16-byte units in the row
 };
 
 template <class Sub, int kBox>
 __device__ __forceinline__ void convert_box(unsigned char* stage, int gt, int bar_id) {
-  constexpr int kUnits = (Sub::kNChunks - 2 * kBox) * 4 < 8 ? (Sub::kNChunks - 2 * kBox) * 4 : 8;  // real 16-byte units
-  constexpr int kLastOut = Sub::kFirst + 2 * kBox + 1 < Sub::kFirst + Sub::kNChunks ? Sub::kFirst + 2 * kBox + 1
-                                                                                    : Sub::kFirst + Sub::kNChunks - 1;
+  constexpr int kUnits = Sub::kUnits[kBox];
+  constexpr int kLastOut = Sub::kFirst + 2 * kBox + (kUnits - 1) / 4;  // the last 16-bit chunk this box writes
   static_assert(kBox > 0 ? kLastOut <= Sub::kBoxChunk + kBox : kLastOut < Sub::kBoxChunk,
                 "box k's output overlaps boxes up to k only (box 0's none: it writes without a barrier)");
   const int u = gt / 8, rlo = gt % 8;  // this quarter-warp's unit; the row within each 8-row block
@@ -294,7 +297,7 @@ __device__ __forceinline__ void producer_sub(const Ring& ring, unsigned char* sm
 #pragma unroll
         for (int k = 0; k < Sub::kBoxes; ++k)
           wg::tma_load_3d(stage + (Sub::kBoxChunk + k) * kChunkBytes + bx * kBoxBytes, kv_map, bar,
-                          Sub::kCol0 + k * 128, row, page[bx]);
+                          Sub::kCol0 + k * kFp8BoxCols, row, page[bx]);
       }
     }
     __syncwarp();
