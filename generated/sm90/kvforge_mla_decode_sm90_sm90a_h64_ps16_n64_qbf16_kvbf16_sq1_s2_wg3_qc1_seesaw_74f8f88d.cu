@@ -201,31 +201,56 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
+// ---- a tile's TMA boxes, shared by the TMA producers (lockstep, seesaw, fp8 in its slot) ---------
+// A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a 64-row half of a 128-key
+// page); those past key_end are not loaded (their pages may not be the sequence's; the math masks S
+// and zeroes V there) and the expected byte count says so. Each box's page is looked up before the
+// wait for the slot, so the lookup's latency hides under it.
+struct TileBoxes {
+  int count;                   // boxes before key_end
+  int row[kBoxesPerTile];      // each box's first row in its page
+  int page[kBoxesPerTile];
+};
+
+__device__ __forceinline__ TileBoxes tile_boxes(const int* bt_row, const Work& w, int t) {
+  TileBoxes tb;
+  const int j0 = w.key_begin + t * kBN;
+  tb.count = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    tb.row[bx] = (j0 + bx * kBoxRows) % kPageSize;
+    tb.page[bx] = bx < tb.count ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+  }
+  return tb;
+}
+
+// Per box of the tile, `n` column boxes: the k-th (cache columns col0 + k x col_step) lands in chunk
+// chunk0 + k of the slot at `stage`, completing on `bar`.
+__device__ __forceinline__ void tma_tile(unsigned char* stage, const wg::TensorMap* kv_map, u64* bar,
+                                         const TileBoxes& tb, int chunk0, int n, int col0, int col_step) {
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    if (bx >= tb.count) break;
+    for (int k = 0; k < n; ++k)
+      wg::tma_load_3d(stage + (chunk0 + k) * kChunkBytes + bx * kBoxBytes, kv_map, bar, col0 + k * col_step,
+                      tb.row[bx], tb.page[bx]);
+  }
+}
+
 // ---- producers: two threads, one per sub-stage, walk the block table and load by TMA ------------
 // Sub-stage L holds the chunks of warpgroup 0's V columns (0 .. kSubSplit), sub-stage R the rest
 // (warpgroup 1's V columns and the rope chunk). Each has its own full and empty barrier, so the
 // next tile's sub L loads as soon as warpgroup 0 has used its V while sub R is still being read.
-// Boxes past key_end are not loaded (the math roles mask their S and zero their V).
+// The tile's boxes as decode_sm90.cu.j2's tile_boxes / tma_tile give them.
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const wg::TensorMap* kv_map,
                                               const int* bt_row, const Work& w, int sub) {
   kvforge::PipelineProducer<Ring> pipe{ring};
   const int c0 = sub == 0 ? 0 : kSubSplit, c1 = sub == 0 ? kSubSplit : kChunks;
   for (int t = 0; t < w.num_tiles; ++t) {
-    const int j0 = w.key_begin + t * kBN;
-    const int boxes = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
-    int page[kBoxesPerTile];  // looked up before the wait for the slot: the lookup's latency hides under it
-#pragma unroll
-    for (int bx = 0; bx < kBoxesPerTile; ++bx) page[bx] = bx < boxes ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+    const TileBoxes tb = tile_boxes(bt_row, w, t);
     pipe.producer_acquire(sub);
-    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(boxes * (c1 - c0) * kBoxBytes), sub);
-    unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
-#pragma unroll
-    for (int bx = 0; bx < kBoxesPerTile; ++bx) {
-      if (bx >= boxes) break;
-      const int row = (j0 + bx * kBoxRows) % kPageSize;
-      for (int c = c0; c < c1; ++c)
-        wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, kv_map, full, c * 64, row, page[bx]);
-    }
+    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(tb.count * (c1 - c0) * kBoxBytes), sub);
+    tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, c0, c1 - c0, c0 * 64, 64);
     pipe.advance();
   }
 }

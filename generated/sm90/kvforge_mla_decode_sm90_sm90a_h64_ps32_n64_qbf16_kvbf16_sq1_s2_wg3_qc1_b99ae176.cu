@@ -196,26 +196,52 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
+// ---- a tile's TMA boxes, shared by the TMA producers (lockstep, seesaw, fp8 in its slot) ---------
+// A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a 64-row half of a 128-key
+// page); those past key_end are not loaded (their pages may not be the sequence's; the math masks S
+// and zeroes V there) and the expected byte count says so. Each box's page is looked up before the
+// wait for the slot, so the lookup's latency hides under it.
+struct TileBoxes {
+  int count;                   // boxes before key_end
+  int row[kBoxesPerTile];      // each box's first row in its page
+  int page[kBoxesPerTile];
+};
+
+__device__ __forceinline__ TileBoxes tile_boxes(const int* bt_row, const Work& w, int t) {
+  TileBoxes tb;
+  const int j0 = w.key_begin + t * kBN;
+  tb.count = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    tb.row[bx] = (j0 + bx * kBoxRows) % kPageSize;
+    tb.page[bx] = bx < tb.count ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+  }
+  return tb;
+}
+
+// Per box of the tile, `n` column boxes: the k-th (cache columns col0 + k x col_step) lands in chunk
+// chunk0 + k of the slot at `stage`, completing on `bar`.
+__device__ __forceinline__ void tma_tile(unsigned char* stage, const wg::TensorMap* kv_map, u64* bar,
+                                         const TileBoxes& tb, int chunk0, int n, int col0, int col_step) {
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    if (bx >= tb.count) break;
+    for (int k = 0; k < n; ++k)
+      wg::tma_load_3d(stage + (chunk0 + k) * kChunkBytes + bx * kBoxBytes, kv_map, bar, col0 + k * col_step,
+                      tb.row[bx], tb.page[bx]);
+  }
+}
+
 // ---- producer: one thread walks the block table and loads each tile by TMA ----------------------
-// A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a half 128-key page);
-// boxes past key_end are not loaded (their pages may not be the sequence's) and the expected byte
-// count says so. Those rows keep stale data; the math roles mask their S and zero their V.
+// Every chunk of each of the tile's boxes (tile_boxes); rows past key_end keep stale data.
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const wg::TensorMap* kv_map,
                                               const int* bt_row, const Work& w) {
   kvforge::PipelineProducer<Ring> pipe{ring};
   for (int t = 0; t < w.num_tiles; ++t) {
-    const int j0 = w.key_begin + t * kBN;
-    const int boxes = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
+    const TileBoxes tb = tile_boxes(bt_row, w, t);
     pipe.producer_acquire();
-    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(boxes * kChunks * kBoxBytes));
-    unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
-    for (int bx = 0; bx < boxes; ++bx) {
-      const int j = j0 + bx * kBoxRows;
-      const int page = bt_row[j / kPageSize];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, kv_map, full, c * 64, j % kPageSize, page);
-    }
+    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(tb.count * kChunks * kBoxBytes));
+    tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, 0, kChunks, 0, 64);
     pipe.advance();
   }
 }

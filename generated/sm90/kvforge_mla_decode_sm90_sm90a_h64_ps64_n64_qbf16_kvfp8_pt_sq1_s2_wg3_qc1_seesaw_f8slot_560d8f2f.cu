@@ -217,6 +217,42 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
+// ---- a tile's TMA boxes, shared by the TMA producers (lockstep, seesaw, fp8 in its slot) ---------
+// A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a 64-row half of a 128-key
+// page); those past key_end are not loaded (their pages may not be the sequence's; the math masks S
+// and zeroes V there) and the expected byte count says so. Each box's page is looked up before the
+// wait for the slot, so the lookup's latency hides under it.
+struct TileBoxes {
+  int count;                   // boxes before key_end
+  int row[kBoxesPerTile];      // each box's first row in its page
+  int page[kBoxesPerTile];
+};
+
+__device__ __forceinline__ TileBoxes tile_boxes(const int* bt_row, const Work& w, int t) {
+  TileBoxes tb;
+  const int j0 = w.key_begin + t * kBN;
+  tb.count = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    tb.row[bx] = (j0 + bx * kBoxRows) % kPageSize;
+    tb.page[bx] = bx < tb.count ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+  }
+  return tb;
+}
+
+// Per box of the tile, `n` column boxes: the k-th (cache columns col0 + k x col_step) lands in chunk
+// chunk0 + k of the slot at `stage`, completing on `bar`.
+__device__ __forceinline__ void tma_tile(unsigned char* stage, const wg::TensorMap* kv_map, u64* bar,
+                                         const TileBoxes& tb, int chunk0, int n, int col0, int col_step) {
+#pragma unroll
+  for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+    if (bx >= tb.count) break;
+    for (int k = 0; k < n; ++k)
+      wg::tma_load_3d(stage + (chunk0 + k) * kChunkBytes + bx * kBoxBytes, kv_map, bar, col0 + k * col_step,
+                      tb.row[bx], tb.page[bx]);
+  }
+}
+
 // ---- producers: fp8 columns by TMA into the 16-bit slot they become, converted there in place -----
 // Warps 0-1 fill sub-stage L, warps 2-3 sub-stage R, each half on its own ring position (as the 16-bit
 // seesaw's two TMA threads), so the next tile's L fills as soon as warpgroup 0 has used its V. Per
@@ -283,22 +319,10 @@ __device__ __forceinline__ void producer_sub(const Ring& ring, unsigned char* sm
     unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
     u64* bar = landed + pipe.slot(kSub);
     if (gt == 0) {
-      const int j0 = w.key_begin + t * kBN;
-      const int runs = min(kBoxesPerTile, (w.key_end - j0 + kBoxRows - 1) / kBoxRows);
-      int page[kBoxesPerTile];  // looked up before the wait for the slot
-#pragma unroll
-      for (int bx = 0; bx < kBoxesPerTile; ++bx) page[bx] = bx < runs ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+      const TileBoxes tb = tile_boxes(bt_row, w, t);
       pipe.producer_acquire(kSub);
-      kvforge::MBarrier::arrive_expect_tx(bar, static_cast<u32>(runs * Sub::kBoxes * kBoxBytes));
-#pragma unroll
-      for (int bx = 0; bx < kBoxesPerTile; ++bx) {
-        if (bx >= runs) break;
-        const int row = (j0 + bx * kBoxRows) % kPageSize;
-#pragma unroll
-        for (int k = 0; k < Sub::kBoxes; ++k)
-          wg::tma_load_3d(stage + (Sub::kBoxChunk + k) * kChunkBytes + bx * kBoxBytes, kv_map, bar,
-                          Sub::kCol0 + k * kFp8BoxCols, row, page[bx]);
-      }
+      kvforge::MBarrier::arrive_expect_tx(bar, static_cast<u32>(tb.count * Sub::kBoxes * kBoxBytes));
+      tma_tile(stage, kv_map, bar, tb, Sub::kBoxChunk, Sub::kBoxes, Sub::kCol0, kFp8BoxCols);
     }
     __syncwarp();
     kvforge::MBarrier::wait(bar, pipe.state.phase ^ 1u, "landed", pipe.slot(kSub));
