@@ -202,6 +202,21 @@ def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, head
                                     backend="sm80", scale_mode="block", scale_block_size=64).kv_load == "cp_async"
 
 
+@pytest.mark.parametrize("page_size,heads,s_q,tile", [
+    (64, 16, 1, (32, 3, 4, 4)), (16, 1, 1, (32, 3, 4, 4)), (128, 8, 2, (32, 4, 4, 8)), (32, 2, 8, (32, 4, 4, 8))])
+def test_16_bit_mla_of_one_row_group_takes_the_measured_bulk_tile(page_size, heads, s_q, tile):
+    """bench/mla16_ab.py (H200, twelfth session): 16-bit MLA at 16 query rows per CTA on sm_90 runs
+    32-key tiles in 3 stages (1.03-1.05x over the deepest ring that fits); CTAs of two row groups
+    (unmeasured) keep the deepest ring."""
+    from kvforge.codegen.select import MLA_BULK_TILE
+
+    assert MLA_BULK_TILE == (32, 3, 4, 4)
+    cfg = select_decode_config("mla_decode", "sm_90", "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80")
+    assert cfg.kv_load == "bulk"
+    assert (cfg.block_n, cfg.num_kv_stages, cfg.pipeline.num_producer, cfg.pipeline.num_consumer) == tile
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("page_size", [16, 128])
 def test_kv_load_pins_tma_for_every_gqa_head_dim(d, page_size):
