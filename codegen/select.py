@@ -119,7 +119,7 @@ TMA_HEAD_DIMS = (64,)
 # kv_load='tma': the measured tile per head dim, (block_n, num_kv_stages, num_producer, column groups)
 TMA_TILES = {64: (64, 3, 1, 4)}
 # 16-bit MLA by bulk copies (16 heads per CTA, sm_90): (block_n, num_kv_stages, num_producer, column
-# groups). bench/mla16_ab.py over every tiling that fits (H200, eleventh session): 32-key tiles in 3
+# groups). bench/mla16_ab.py over every tiling that fits (H200, twelfth session): 32-key tiles in 3
 # stages 1.03-1.05x faster than in the deepest ring (5 stages) at b=128 s_k=4096, b=64 s_k=8192 and
 # b=2 s_k=16384, within 1% of the best tiling of each shape. CTAs of one 16-row group only (where measured).
 MLA_BULK_TILE = (32, 3, 4, 4)
