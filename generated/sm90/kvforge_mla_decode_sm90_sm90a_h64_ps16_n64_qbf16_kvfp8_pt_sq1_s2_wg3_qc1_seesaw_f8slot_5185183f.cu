@@ -856,6 +856,7 @@ kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2; ++i)  // before the ring's init, whose fence covers them
       kvforge::Handoff{reinterpret_cast<u64*>(smem + kOffHandoffs) + i}.init(kHandoffArrivals);
+    static_assert(kHandoffArrivals == kMathThreads / 2, "a hand-off counts one warpgroup's threads");
     for (int i = 0; i < 4; ++i)  // one arrival (the expect-tx), then the TMA's bytes
       kvforge::MBarrier::init(reinterpret_cast<u64*>(smem + kOffLanded) + i, 1);
     ring.init();

@@ -570,7 +570,9 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_a
 #endif
 
   const Ring ring{reinterpret_cast<u64*>(smem + kOffBarriers)};
-  if (threadIdx.x == 0) ring.init();
+  if (threadIdx.x == 0) {
+    ring.init();
+  }
   // per-tensor fp8 scales are folded: S uses k_scale * softmax scale, out is multiplied by v_scale
   // (a device scale is read here, so a captured graph sees a new value at replay)
   float out_scale = 1.f;
