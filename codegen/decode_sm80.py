@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from .decode import TMA_BOX_BYTES, DecodeConfig, paged_map_geometry, tma_box_cols
 from .pipeline import MBARRIER_BYTES, ConvertConfig, PipelineConfig
-from .policy import DTYPE_BYTES
+from .policy import DS_MLA_LATENT, DS_MLA_SCALE_BLOCK, DTYPE_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
 
 MMA_M = 16
@@ -108,9 +108,8 @@ class Sm80DecodeConfig(DecodeConfig):
                                  f"{self.arch} has none (use 'cp_async')")
             if self.is_fp8 and self.kv_load == "bulk" and not self.fp8_bulk_rows:
                 raise ValueError(f"{where}.kv_load='bulk': fp8 tiles are bulk-copied for mla_decode with "
-                                 "scale_mode='per_tensor' and fp8_convert='registers' only; otherwise they are filled "
-                                 "by cp.async or (GQA, per-tensor scales, fp8_convert='registers') TMA; use "
-                                 "'cp_async' or 'tma'")
+                                 "fp8_convert='registers' only; otherwise they are filled by cp.async or (GQA, "
+                                 "per-tensor scales, fp8_convert='registers') TMA; use 'cp_async' or 'tma'")
         if self.kv_load == "tma":
             self._validate_tma(where)
         if p.num_qk_stages != 1 or p.num_producer not in (1, 2, 4, 8):
@@ -151,15 +150,20 @@ class Sm80DecodeConfig(DecodeConfig):
                              "producer warp (lane 0 issues the boxes); use 1")
 
     def _validate_fp8_registers(self, where: str) -> None:
-        if self.family == "mla_decode" and self.scale_mode != "per_tensor":
-            raise ValueError(f"{where}.fp8_convert='registers': implemented for mla_decode with "
-                             f"scale_mode='per_tensor'; {self.scale_mode!r} uses fp8_convert='ring'")
-        if self.scale_mode not in ("per_tensor", "block"):
-            raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode 'per_tensor' and "
-                             f"'block'; {self.scale_mode!r} uses fp8_convert='ring'")
+        if self.scale_mode not in ("per_tensor", "block", "fp8_ds_mla"):
+            raise ValueError(f"{where}.fp8_convert='registers': implemented for scale_mode 'per_tensor', "
+                             f"'block' and 'fp8_ds_mla'; {self.scale_mode!r} uses fp8_convert='ring'")
         if self.convert is not None:
             raise ValueError(f"{where}.convert: fp8_convert='registers' has no convert warps; remove convert")
-        if self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
+        if self.family == "mla_decode" and self.scale_mode != "per_tensor" and not self.qk_steps_interleaved:
+            raise ValueError(f"{where}.pipeline.num_consumer={self.pipeline.num_consumer}: MLA's block-scaled fp8 "
+                             "(scale_mode 'block' or 'fp8_ds_mla') is dequantized in registers by the depth-split QK, "
+                             "4 consumer warps per row group of 16 query rows; got "
+                             f"{self.row_groups} row group(s) x {self.col_groups} warps (use "
+                             f"num_consumer={4 * self.row_groups} or fp8_convert='ring')")
+        if self.scale_mode == "fp8_ds_mla":
+            pass  # 656-byte rows are 16 mod 128 bytes: K's reads are conflict-free unswizzled
+        elif self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
             raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: fp8 register dequantization swizzles "
                              "rows of 64, 128, 256 or 576 bytes")
         if self.cols_per_warp % 32:
@@ -175,16 +179,63 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def fp8_bulk_rows(self) -> bool:
-        """fp8 MLA, per-tensor scales, register path, kv_load='bulk': one cp.async.bulk per 576-byte
-        token into rows padded to 592 bytes (no swizzle: a bulk copy lands contiguously; K's reads
-        stay conflict-free, V's 2-way, as with the swizzle)."""
-        return (self.fp8_registers and self.kv_load == "bulk" and self.family == "mla_decode"
-                and self.scale_mode == "per_tensor")
+        """fp8 MLA on the register path with kv_load='bulk': one cp.async.bulk per token (576 bytes,
+        or the 656-byte packed token) into rows `kv8_row_stride` apart (no swizzle: a bulk copy lands
+        contiguously; the stride keeps K's reads conflict-free, V's 2-way, as the swizzle does).
+        Block scales apart from the rows are read by the producer lanes before they wait for the slot
+        and stored beside the tile."""
+        return self.fp8_registers and self.kv_load == "bulk" and self.family == "mla_decode"
 
     @property
-    def bulk_row_bytes(self) -> int:
-        """kv_load='bulk': bytes of one cache row (one K or V row of one KV head; an fp8 token)."""
-        return self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
+    def bulk_lane_scales(self) -> int:
+        """Bulk-copied fp8 MLA rows with block scales apart: the scales each producer lane reads per
+        row (into registers, before it waits for the slot) and stores beside the tile; 0 otherwise."""
+        return self.scale_blocks if self.fp8_bulk_rows and self.scale_mode == "block" else 0
+
+    @property
+    def register_block_scales(self) -> bool:
+        """Register path with per-token block scales (scale_mode 'block', or the packed token's four
+        latent scales): partial S per scale block times its keys' scales, P kept in fp32 and scaled per
+        V block at PV."""
+        return self.fp8_registers and self.scale_mode in ("block", "fp8_ds_mla")
+
+    @property
+    def qk_steps_interleaved(self) -> bool:
+        """MLA's depth-split QK on block-scaled fp8: warp cg of G takes k16 steps cg, cg + G, ...
+        (instead of a contiguous slice), so every warp meets each scale block at the same steps and
+        the packed token's bf16 rope at its last step (each block's scaling placed at compile time)."""
+        if not (self.register_block_scales and self.family == "mla_decode" and self.qk_depth_split):
+            return False
+        steps, g = self.head_dim_qk // 16, self.col_groups
+        span = self.scale_span // 16
+        rope = (self.head_dim_qk - DS_MLA_LATENT) // 16
+        return (steps % g == 0 and (span % g == 0 or g % span == 0)
+                and (self.scale_mode != "fp8_ds_mla" or rope % g == 0))
+
+    @property
+    def scale_key_stride(self) -> int:
+        """Register path, block scales: bytes between consecutive keys' scales of one block in a stage
+        ([key][block] fp32 apart from the rows, or the packed token's own scales in its row)."""
+        if not self.register_block_scales:
+            return 0
+        return self.kv8_row_stride if self.scale_mode == "fp8_ds_mla" else 4 * self.scale_blocks
+
+    @property
+    def k_scale_offset(self) -> int:
+        """Register path, block scales: where key 0's block-0 K scale sits in a stage."""
+        if not self.register_block_scales:
+            return 0
+        return DS_MLA_LATENT if self.scale_mode == "fp8_ds_mla" else self.kv8_scale_offset
+
+    @property
+    def v_scale_offset(self) -> int:
+        """... and its V scale: MLA's V is the first 512 columns of the same token (its K scales);
+        GQA's V scales follow the K scales."""
+        if not self.register_block_scales:
+            return 0
+        if self.family == "mla_decode":
+            return self.k_scale_offset
+        return self.kv8_scale_offset + self.scale_blocks * self.block_n * 4
 
     @property
     def bulk_row_stride(self) -> int:
@@ -192,8 +243,16 @@ class Sm80DecodeConfig(DecodeConfig):
         return self.kv8_row_stride if self.is_fp8 else self.kv_row_stride
 
     @property
+    def bulk_row_bytes(self) -> int:
+        """kv_load='bulk': bytes of one cache row (one K or V row of one KV head; an fp8 token)."""
+        return self.kv_token_bytes if self.is_fp8 else self.head_dim_qk * DTYPE_BYTES[self.kv_dtype]
+
+    @property
     def bulk_v_zero_bytes(self) -> int:
-        """kv_load='bulk': bytes of V in a row, zeroed for rows past the sequence end."""
+        """kv_load='bulk': bytes of a row zeroed for rows past the sequence end: V (the packed token's
+        scales too, which P x scale reads), whose stale bytes may be NaN that P = 0 does not cancel."""
+        if self.scale_mode == "fp8_ds_mla":
+            return DS_MLA_LATENT + 4 * self.scale_blocks
         return self.head_dim_v * DTYPE_BYTES[self.kv_dtype]
 
     @property
@@ -201,7 +260,7 @@ class Sm80DecodeConfig(DecodeConfig):
         """fp8 register path: the XOR applied to each row's 16-byte chunk index (chunk c of row r
         lands at c ^ f(r)), f for r % 16 packed in 3-bit fields; 0 (no swizzle, or the TMA's own
         128-byte swizzle: kv_load='tma', or padded bulk-copied rows) otherwise."""
-        if not self.fp8_registers or self.kv_load in ("tma", "bulk"):
+        if not self.fp8_registers or self.kv_load in ("tma", "bulk") or self.scale_mode == "fp8_ds_mla":
             return 0
         return sum(f << (3 * r) for r, f in enumerate(fp8_row_swizzle(self.kv_token_bytes // 16)))
 
@@ -250,7 +309,7 @@ class Sm80DecodeConfig(DecodeConfig):
         """P rows: ldmatrix reads 16-byte row pieces (pad 16 B); the fp8 register path reads 8 bytes at
         4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups), except
         on TMA-filled tiles, whose V keys keep the PTX order (P through ldmatrix)."""
-        if self.fp8_registers and self.scale_mode == "block":
+        if self.register_block_scales:
             return self.block_n * 4 + 4 * ROW_PAD  # fp32 P (scaled per V block at PV): 16-byte reads of 2 rows
         k4_reads = self.fp8_registers and self.kv_load != "tma"
         return self.block_n * 2 + (2 * ROW_PAD if k4_reads else ROW_PAD)
@@ -326,9 +385,14 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def scale_copy_bytes(self) -> int:
-        """Register path, block scales: bytes per cp.async of a token's scales (4, 8 or 16; they sit
-        apart, [key][block], so one token's scales are one contiguous run)."""
-        return min(16, 4 * self.scale_blocks) if self.fp8_registers and self.scale_mode == "block" else 0
+        """Register path, block scales by cp.async: bytes per copy of a token's scales (they sit apart,
+        [key][block], so one token's scales are one contiguous run): the largest of 16, 8, 4 that
+        divides the run (so every copy stays aligned in the scale tensor). Bulk-copied MLA rows take
+        their scales through the producer lanes' registers instead."""
+        if not (self.fp8_registers and self.scale_mode == "block") or self.fp8_bulk_rows:
+            return 0
+        run = 4 * self.scale_blocks
+        return next(n for n in (16, 8, 4) if run % n == 0)
 
     @property
     def scale_copies(self) -> int:
@@ -344,27 +408,34 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def kv8_row_pad(self) -> int:
-        """Register path: bytes after each fp8 row (16 for bulk-copied rows, which cannot be swizzled)."""
-        return ROW_PAD if self.fp8_registers and self.kv_load == "bulk" else 0
+        """Register path: bytes after each fp8 row. Bulk-copied rows cannot be swizzled: their stride is
+        made an odd multiple of 16 bytes mod 128 (576 + 16; the packed 656 already is), so K's reads
+        of one chunk of eight consecutive rows hit distinct banks."""
+        if not (self.fp8_registers and self.kv_load == "bulk"):
+            return 0
+        return next(pad for pad in range(0, 128, 16) if (self.kv_token_bytes + pad) % 128 // 16 % 2 == 1)
 
     @property
     def kv8_scale_offset(self) -> int:
-        """Register path, block scales: where a stage's scales start (after the K and V tiles), fp32
-        [key][block] for K, then the same for V (each token's scales one contiguous copy)."""
-        return 2 * self.block_n * self.kv8_row_stride if self.fp8_registers else 0
+        """Register path, block scales: where a stage's scales start (after its K and V tiles; MLA's one
+        tile), fp32 [key][block] for K, then (GQA) the same for V (each token's scales one run)."""
+        tiles = 1 if self.family == "mla_decode" else 2
+        return tiles * self.block_n * self.kv8_row_stride if self.fp8_registers else 0
 
     @property
     def kv8_stage_bytes(self) -> int:
         if not self.is_fp8:
             return 0
         tiles = 1 if self.family == "mla_decode" else 2
-        apart = 2 * self.scale_blocks * self.block_n * 4 if self.fp8_registers and self.scale_mode == "block" else 0
+        apart = tiles * self.scale_blocks * self.block_n * 4 if self.fp8_registers and self.scale_mode == "block" else 0
         return tiles * self.block_n * self.kv8_row_stride + apart
 
     @property
     def scale_span(self) -> int:
-        """Columns one block scale covers (scale_block_size, or all of D when that is shorter)."""
-        return min(self.scale_block_size or self.head_dim_qk, self.head_dim_qk)
+        """Columns one block scale covers (scale_block_size, the packed token's 128, or all of D when
+        that is shorter)."""
+        size = DS_MLA_SCALE_BLOCK if self.scale_mode == "fp8_ds_mla" else self.scale_block_size
+        return min(size or self.head_dim_qk, self.head_dim_qk)
 
     @property
     def mma_dtype(self) -> str:
@@ -391,7 +462,7 @@ class Sm80DecodeConfig(DecodeConfig):
         """Block scales with V converted by cvt (fp16 PV): P carries each key's V scale divided by C,
         the running maximum of the V scales seen per scale block (so P x scale stays <= 1 in fp16);
         the output is rescaled when C grows and multiplied by C at the end."""
-        return self.fp8_registers and self.scale_mode == "block" and not self.raw_bf16_v
+        return self.register_block_scales and not self.raw_bf16_v
 
     @property
     def v_block_tiles(self) -> int:

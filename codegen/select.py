@@ -56,23 +56,32 @@ FP8_MAX_THREADS = 384
 # fp8 layouts (per family) whose sm80 kernel dequantizes in the consumers' registers (fp8_convert =
 # "registers": mma fragments read straight from the fp8 ring, no convert warps); the others go
 # through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
-FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block"), "mla_decode": ("per_tensor",)}
+FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block"), "mla_decode": ("per_tensor", "block", "fp8_ds_mla")}
 FP8_REGISTER_MLA_MAX_ROWS = 16  # MLA: one row group of 16 query rows per CTA (the sm80 choice up to 16 heads)
+# MLA with block scales of fewer than this many columns scales a partial S after every k16 step of
+# its depth-split QK: with rows bulk-copied (sm_90) still 1.24-1.26x faster than the convert warps at
+# b=64-128 (block 64), but on 16-byte cp.async rows 0.85-0.91x of them (bench/mla_fp8_blocks_ab.py,
+# bench/RESULTS.md "Block-scaled and packed fp8 MLA in registers"): there the ring stays.
+FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC = 128
 # The register path's measured best per head dim (bench/RESULTS.md, "FP8 KV": H200 sweep over keys
 # per tile, ring depth, producer and consumer warps at >= 2 CTAs per SM): (block_n, num_kv_stages,
 # num_producer, column-group warps). 32 KB slots at D = 128 and 256, four CTAs per SM at D = 64.
 FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2), 576: (64, 3, 4, 4)}
 # ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
 # registers): tiles that keep every thread's registers free of spills
-FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4)}
+FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4), 576: (64, 3, 4, 4)}
 RING_STAGES = (6, 5, 4, 3, 2)  # MMA-ring depths without convert warps, deepest first
 PRODUCER_WARPS = (4, 2, 1)
 
 
-def fp8_convert_path(family: str, scale_mode: str, rows: int = 0) -> str:
+def fp8_convert_path(family: str, scale_mode: str, rows: int = 0, scale_block_size: int | None = None,
+                     bulk_rows: bool = True) -> str:
     """'registers' or 'ring': how the sm80 kernel dequantizes an fp8 cache of this layout for a CTA
-    of `rows` query rows (heads x s_q)."""
+    of `rows` query rows (heads x s_q); `bulk_rows`: whether its fp8 rows would arrive by bulk copies."""
     if family == "mla_decode" and rows > FP8_REGISTER_MLA_MAX_ROWS:
+        return "ring"
+    if (family == "mla_decode" and scale_mode == "block" and not bulk_rows
+            and scale_block_size < FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC):
         return "ring"
     return "registers" if scale_mode in FP8_REGISTER_LAYOUTS.get(family, ()) else "ring"
 
@@ -136,7 +145,7 @@ def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool, scale_mode:
     if arch != "sm_90":
         return "cp_async"
     if family == "mla_decode":  # measured where the runtime runs MLA on this kernel (16 heads per CTA)
-        bulk_fp8 = scale_mode == "per_tensor" and fp8_convert == "registers"  # padded 576-byte fp8 rows
+        bulk_fp8 = fp8_convert == "registers"  # fp8 tokens (576 or packed 656 bytes) into unswizzled rows
         return "bulk" if (bulk_fp8 or not fp8) and heads_per_cta <= MLA_BULK_MAX_HEADS else "cp_async"
     if fp8:
         tma = scale_mode == "per_tensor" and fp8_convert == "registers" and head_dim in FP8_TMA_HEAD_DIMS
@@ -149,6 +158,22 @@ def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool, scale_mode:
 def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
                  s_q: int, explicit: dict | None, kv: dict | None = None
                  ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
+    """`_sm80_search_path`; where the load-and-convert ring was preferred over the register path by
+    FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC alone (not asked for) and fits nowhere, the register path."""
+    found = _sm80_search_path(family, arch, dtype, page_size, hpc, head_dims, s_q, explicit, kv)
+    scale_mode = (kv or {}).get("scale_mode", "none")
+    if (found[0] is None and kv and "fp8_convert" not in (explicit or {}) and found[2].get("convert") is not None
+            and fp8_convert_path(family, scale_mode, hpc * s_q) == "registers"):
+        retry = _sm80_search_path(family, arch, dtype, page_size, hpc, head_dims, s_q,
+                                  {**(explicit or {}), "fp8_convert": "registers"}, kv)
+        if retry[0] is not None:
+            return retry
+    return found
+
+
+def _sm80_search_path(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
+                      s_q: int, explicit: dict | None, kv: dict | None = None
+                      ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
     """(the first candidate that validates and reaches the wanted CTAs per SM or None, the last
     rejection, the first candidate's data). `kv` holds the fp8 fields (kv_dtype, scale_mode,
     scale_block_size) for an fp8 cache."""
@@ -158,12 +183,13 @@ def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, h
                    page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
     fp8 = base["kv_dtype"] == "fp8_e4m3"
     explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
-    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q)
-                         ) == "registers"
+    bulk_rows = (explicit or {}).get("kv_load", kv_load_choice(family, arch, dqk, fp8, heads_per_cta=hpc)) == "bulk"
+    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q,
+                                                           base.get("scale_block_size"), bulk_rows)) == "registers"
     preferred_tile = None
     if registers:
         base["fp8_convert"] = "registers"
-        tiles = FP8_REGISTER_TILES_BLOCK if base.get("scale_mode") == "block" else FP8_REGISTER_TILES
+        tiles = FP8_REGISTER_TILES if base.get("scale_mode") == "per_tensor" else FP8_REGISTER_TILES_BLOCK
         preferred_tile = tiles.get(dqk, ())
     load = (explicit or {}).get("kv_load") or kv_load_choice(
         family, arch, dqk, fp8, base.get("scale_mode", "none"), "registers" if registers else "ring", hpc)

@@ -245,6 +245,45 @@ def test_mla_fp8_per_tensor_rows_by_bulk_copy(heads, s_q, page_size, dtype, prod
     _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("layout,block", [("block", 32), ("block", 64), ("block", 128), ("fp8_ds_mla", None)])
+@pytest.mark.parametrize("kv_load", ["bulk", "cp_async"])
+@pytest.mark.parametrize("heads,s_q,page_size,dtype,factor", [(16, 1, 64, "bf16", 1.0), (8, 2, 16, "fp16", 50.0),
+                                                              (4, 2, 128, "bf16", 1e-3)])
+def test_mla_fp8_block_scales_dequantized_in_registers(layout, block, kv_load, heads, s_q, page_size, dtype, factor):
+    """Block-scaled and packed MLA on the sm80 register path (16 query rows): the depth-split QK's
+    interleaved k16 steps, each scale block's partial S times its keys' scales, the packed token's
+    bf16 rope added unscaled, P x V scale / C per V block. Rows by bulk copy (block scales through
+    the producer lanes, zeros past the end) or 16-byte cp.async; ragged lengths with 0 and 1, a split
+    sequence, NaN in every cache byte (and scale) past each end, the cache scaled by `factor` before
+    quantizing (scales far from 1)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    arch = device_arch(0)
+    if kv_load == "bulk" and arch not in ("sm_90", "sm_100a"):
+        pytest.skip(f"kv_load='bulk' needs sm_90 or newer; this device is {arch}")
+    cfg = select_decode_config("mla_decode", arch, dtype, page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", scale_mode=layout, scale_block_size=block, fp8_convert="registers")
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "kv_load": kv_load})
+    assert cfg.register_block_scales and cfg.qk_steps_interleaved and cfg.v_scale_normalized
+    lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q + 5]
+    base = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size,
+                     lens=lens, dtype=dtype, seed=heads + s_q + page_size + (block or 7))
+    base.k.mul_(factor)
+    k, ks, deq = _quantize(base.k, layout, block)
+    deq = deq.reshape(deq.shape[0], deq.shape[1], 1, -1)
+    c = Fp8Case(base, k, k, ks, ks, deq, deq)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    import torch
+
+    torch.cuda.synchronize()
+    want_o, want_l = reference("mla_decode", base.host, causal=s_q > 1, k=deq, v=deq)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"cache x {factor}, against the dequantized cache")
+
+
 @pytest.mark.parametrize("layout,block", [("per_tensor", None), ("block", 64), ("fp8_ds_mla", None)])
 @pytest.mark.parametrize("heads,s_q,page_size", [(16, 2, 32), (64, 1, 128), (32, 4, 16), (128, 1, 64)])
 def test_mla_fp8_heads_and_causal_queries(layout, block, heads, s_q, page_size):

@@ -112,17 +112,17 @@ def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
 @pytest.mark.parametrize("mode,block", [("per_tensor", None), ("block", 32), ("block", 64), ("fp8_ds_mla", None)])
 def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     """fp8 caches follow the 16-bit rule: the sm90 kernel (fp8 tiles staged in the producers' registers
-    into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (per-tensor
-    scales dequantized in the consumers' registers, the others through load-and-convert rings); in
-    the arch's shared memory, fp16 MMAs for per-tensor scales."""
+    into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (every layout dequantized in
+    the consumers' registers from bulk-copied rows, fp16 MMAs); in the arch's shared memory, fp16
+    MMAs for per-tensor scales on sm90."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
     rows = heads * s_q
     assert cfg.backend == ("sm90" if rows > 16 else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
     if cfg.backend == "sm80":
         assert cfg.threads <= 384 and cfg.max_s_q >= s_q
-        assert cfg.fp8_convert == ("registers" if mode == "per_tensor" else "ring")
-        assert (cfg.convert is None) == (mode == "per_tensor")
+        assert cfg.fp8_convert == "registers" and cfg.convert is None and cfg.kv_load == "bulk"
+        assert cfg.register_block_scales == (mode != "per_tensor")
     else:
         assert cfg.fp8_staging == "registers" and cfg.num_kv_stages == 2 and cfg.kv16_tiles == 2
         assert cfg.kv8_stage_bytes == 0 and "kv8_stages" not in {r.name for r in cfg.layout.regions}
@@ -133,7 +133,32 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
         assert ring.num_kv_stages == (2 if mode == "per_tensor" else 1) and ring.kv16_tiles == 1
         assert ring.kv8_stage_bytes >= 64 * ring.kv_token_bytes and ring.full_arrivals == 1
     assert cfg.layout.total_bytes <= arch_spec("sm_90").max_smem_per_block
-    assert cfg.mma_dtype == ("fp16" if mode == "per_tensor" else "bf16")
+    assert cfg.mma_dtype == ("fp16" if mode == "per_tensor" or cfg.backend == "sm80" else "bf16")
+
+
+@pytest.mark.parametrize("arch,mode,block,path,load", [
+    ("sm_90", "block", 32, "registers", "bulk"), ("sm_90", "block", 64, "registers", "bulk"),
+    ("sm_90", "block", 128, "registers", "bulk"), ("sm_90", "fp8_ds_mla", None, "registers", "bulk"),
+    ("sm_100a", "block", 32, "ring", "cp_async"), ("sm_100a", "block", 64, "ring", "cp_async"),
+    ("sm_89", "block", 64, "registers", "cp_async"),  # the ring's 16-bit tiles do not fit sm_89's 99 KB
+    ("sm_100a", "block", 128, "registers", "cp_async"), ("sm_89", "fp8_ds_mla", None, "registers", "cp_async")])
+def test_block_scaled_fp8_mla_at_16_rows_is_dequantized_in_registers_where_measured_faster(arch, mode, block, path,
+                                                                                          load):
+    """bench/mla_fp8_blocks_ab.py (H200): block-scaled and packed fp8 MLA at 16 query rows on the register
+    path with bulk-copied rows 1.24-1.84x faster than the convert warps at b >= 64; on 16-byte cp.async
+    rows block 64 (a partial S scaled after every k step) 0.85-0.91x of them (kept on the ring where it
+    fits), block 128 and the packed token 1.15-1.61x. The packed token's 656-byte rows stay unswizzled (16 mod 128 bytes), 576-byte
+    bulk rows padded to 592."""
+    cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=16, head_dim=576, s_q=1, scale_mode=mode,
+                               scale_block_size=block)
+    assert cfg.backend == "sm80" and cfg.fp8_convert == path and cfg.kv_load == load
+    if path == "registers":
+        assert cfg.qk_steps_interleaved and cfg.v_scale_normalized and cfg.fp8_swizzle == (
+            0 if mode == "fp8_ds_mla" or load == "bulk" else cfg.fp8_swizzle)
+        assert cfg.kv8_row_stride == (656 if mode == "fp8_ds_mla" else 592 if load == "bulk" else 576)
+        assert cfg.kv8_stage_bytes == cfg.block_n * cfg.kv8_row_stride + (
+            4 * cfg.scale_blocks * cfg.block_n if mode == "block" else 0)
+        assert cfg.v_scale_offset == cfg.k_scale_offset == (512 if mode == "fp8_ds_mla" else cfg.kv8_scale_offset)
 
 
 @pytest.mark.parametrize("d,convert", [(64, 6), (128, 6), (256, 4)])
@@ -186,8 +211,8 @@ def test_gqa_on_sm_90_loads_rows_by_bulk_copy_from_d128_and_by_tma_at_d64(d, arc
 def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, heads, s_q, arch, load):
     """Measured on the H200 (bench/RESULTS.md "Bulk copies for MLA"): one cp.async.bulk per
     1152-byte row is 1.2-10% faster than 16-byte cp.async for MLA's 16-row CTAs, and one per
-    576-byte fp8 token (per-tensor scales, register path, rows padded to 592 bytes) 1.05-1.26x;
-    other arches keep cp.async, and so do fp8 block scales (their load-and-convert ring)."""
+    576-byte fp8 token (register path, rows padded to 592 bytes) 1.05-1.26x; other arches keep
+    cp.async, and so do CTAs of more rows with fp8 (their load-and-convert ring)."""
     cfg = select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
                                backend="sm80")
     assert cfg.kv_load == load
@@ -197,9 +222,12 @@ def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, head
     assert fp8.kv_load == (load if fp8.fp8_registers else "cp_async")
     if fp8.kv_load == "bulk":
         assert fp8.fp8_bulk_rows and fp8.kv8_row_stride == 592 and fp8.fp8_swizzle == 0
-    if arch == "sm_90":
-        assert select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
-                                    backend="sm80", scale_mode="block", scale_block_size=64).kv_load == "cp_async"
+    blk = select_decode_config("mla_decode", arch, "bf16", page_size, heads=heads, head_dim=576, s_q=s_q,
+                               backend="sm80", scale_mode="block", scale_block_size=64)
+    if arch == "sm_90":  # bulk rows: the register path wherever per-tensor takes it
+        assert blk.fp8_registers == fp8.fp8_registers and blk.kv_load == (load if blk.fp8_registers else "cp_async")
+    else:  # cp.async rows: the ring where it fits (sm_100a), else the register path (sm_89's 99 KB)
+        assert blk.kv_load == "cp_async" and blk.fp8_registers == (arch == "sm_89")
 
 
 @pytest.mark.parametrize("page_size,heads,s_q,tile", [
@@ -262,7 +290,7 @@ def test_fp8_gqa_takes_tma_for_per_tensor_tiles_of_128_byte_rows_on_sm_90(d, sca
         assert cfg.num_kv_stages == (6 if d == 128 else 3)
     mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
                                scale_mode=scale_mode, scale_block_size=block)
-    assert mla.kv_load == ("bulk" if scale_mode == "per_tensor" else "cp_async")  # MLA asked for sm_90 here
+    assert mla.kv_load == "bulk" and mla.fp8_registers  # MLA asked for sm_90 here: every layout in registers
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])

@@ -216,21 +216,24 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // not cancel; stale K rows are masked out of S), announces its bytes on the full barrier
 // (arrive.expect_tx: the arrive also releases the zero stores) and issues one cp.async.bulk per
 // K and V row. The phase completes when every producer lane has arrived and every byte landed.
-// fp8 MLA (per-tensor scales, register path): the same, one copy per 576-byte token into rows
-// padded to kKV8Stride.
+// fp8 MLA (register path): the same, one copy per token (576 bytes, or the packed 656) into rows
+// kKV8Stride apart; block scales kept apart from the rows are read into the lane's registers with
+// its row's page (before the wait) and stored beside the tile (zeros past the end), released by the
+// same arrive.
 using TK = T;  // a cache element
 constexpr u32 kRowBytes = 256;    // one K (or V) row of the cache
 constexpr int kRowStride = 272;  // its place in the slot, padded
-constexpr int kVZeroBytes = 256;  // V's bytes of a row (zeroed past the end)
-static_assert(kRowBytes == kDqk * sizeof(TK) && kRowBytes % 16 == 0 && kRowStride % 16 == 0 &&
-              kRowStride > static_cast<int>(kRowBytes) && kVZeroBytes == kDv * static_cast<int>(sizeof(TK)),
-              "bulk rows");
+constexpr int kVZeroBytes = 256;  // V's bytes of a row (and in-row scales), zeroed past the end
+constexpr int kRowElems = kRowBytes / sizeof(TK);      // elements per token of one KV head
+constexpr int kLaneScales = 0;  // block scales a lane carries per row (apart from the rows)
+static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0 && kRowStride >= static_cast<int>(kRowBytes) &&
+              kVZeroBytes % 16 == 0 && kVZeroBytes <= static_cast<int>(kRowBytes), "bulk rows");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
-                                              const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
-                                              const Work& w, int pw, int lane) {
+                                              const TK* v_cache, const float* k_scale, const int* bt_row,
+                                              int num_kv_heads, int kv_head, const Work& w, int pw, int lane) {
   constexpr int kRowsPerLane = (kRowsPerProducer + 31) / 32;
   kvforge::PipelineProducer<Ring> pipe{ring};
-  const long long token_stride = static_cast<long long>(num_kv_heads) * kDqk;
+  const long long token_stride = static_cast<long long>(num_kv_heads) * kRowElems;
   for (int t = 0; t < w.num_tiles; ++t) {
     const int j0 = w.key_begin + t * kBN;
     long long off[kRowsPerLane];
@@ -583,7 +586,8 @@ kvforge_gqa_decode_sm80_sm90_h4_ps64_n64_qbf16_kvbf16_d128_sq1_s3x1_pr4co4t_bulk
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp >= kConsumerWarps) {
-    producer_loop(ring, smem, k_cache, v_cache, bt_row, num_kv_heads, kv_head, w, warp - kConsumerWarps, lane);
+    producer_loop(ring, smem, k_cache, v_cache, nullptr, bt_row, num_kv_heads,
+                  kv_head, w, warp - kConsumerWarps, lane);
   } else {
     consumer_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2,
                   1.f, causal, warp, lane);

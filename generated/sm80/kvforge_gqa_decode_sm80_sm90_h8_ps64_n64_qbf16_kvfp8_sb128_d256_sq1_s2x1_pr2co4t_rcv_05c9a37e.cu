@@ -106,22 +106,30 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 47168349581080ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [key][block] for K then V; P is kept in fp32 and takes
-// each key's V scale (times kPBias) before PV, whose bf16 V is value x 2^-120 (out x kOutBias).
+// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V, or in the packed MLA
+// token's row; P is kept in fp32 and takes each key's V scale before PV.
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
 constexpr bool kBlockRegisters = true;
-constexpr int kKV8ScaleOffset = 32768;
+constexpr int kKV8ScaleOffset = 32768;  // block scales apart from the rows
+constexpr int kKScaleOffset = 32768;  // key 0's block-0 K scale in a stage
+constexpr int kVScaleOffset = 33280;  // ... and its V scale (MLA: the same)
+constexpr int kScaleKeyStride = 2;  // floats from one key's scales to the next's
 constexpr int kScaleSpan = 128;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers) && kConvertWarps == 0, "threads");
 static_assert(kKV8Stride == kTokenBytes + 0 && kStageBytes == kKV8StageBytes &&
               kVOffset == kKV8VOffset && kColsPerWarp % 32 == 0, "fp8 register tiles");
-static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
-                                   kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
+static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kScaleSpan == 0) &&
+                                   (kPackedMLA || kKV8ScaleOffset + (kIsMLA ? 1 : 2) * kScaleBlocks * kBN * 4 ==
+                                                      kStageBytes) &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
-              "fp8 block scales apart");
+              "fp8 block scales");
+// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at [k * kScaleKeyStride + b].
+__device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
+  return reinterpret_cast<const float*>(stage + offset);
+}
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = true;
 constexpr int kVBlocksPerWarp = 1;  // scale blocks a warp's V columns span
@@ -300,7 +308,7 @@ __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsign
       if constexpr (!kIsMLA) tile::cp_async_4(dst + kKV8VOffset, v_scale + t * kScaleBlocks + s, valid);
     }
   }
-  // the register path's block scales sit apart, [key][block] for K then V: each token's run of
+  // the register path's block scales sit apart, [key][block] for K then (GQA) V: each token's run of
   // scales in kScaleCopies copies of kScaleCopyBytes
   constexpr int kScaleCopies = 1, kScaleCopyBytes = 8;
   for (int u = lane; u < kRowsPerProducer * kScaleCopies; u += 32) {
@@ -311,9 +319,10 @@ __device__ __forceinline__ void load_kv8_tile(unsigned char* stage, const unsign
     unsigned char* sdst = stage + kKV8ScaleOffset + (pw + i * kProducers) * kScaleBlocks * 4 + c * kScaleCopyBytes;
     tile::cp_async_n<kScaleCopyBytes>(sdst, reinterpret_cast<const unsigned char*>(k_scale + t * kScaleBlocks) +
                                                 c * kScaleCopyBytes, valid);
-    tile::cp_async_n<kScaleCopyBytes>(sdst + kScaleBlocks * kBN * 4,
-                                      reinterpret_cast<const unsigned char*>(v_scale + t * kScaleBlocks) +
-                                          c * kScaleCopyBytes, valid);
+    if constexpr (!kIsMLA)  // MLA's V scales are its K scales
+      tile::cp_async_n<kScaleCopyBytes>(sdst + kScaleBlocks * kBN * 4,
+                                        reinterpret_cast<const unsigned char*>(v_scale + t * kScaleBlocks) +
+                                            c * kScaleCopyBytes, valid);
   }
   __syncwarp();  // row_tok is rewritten for the next tile
 }
@@ -517,7 +526,7 @@ __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
     for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
   // block scales: each block's partial S is multiplied by its keys' scales in fp32 (blocks alternate
   // between the two accumulators, so consecutive blocks' MMAs stay independent)
-  const float* k_scales = reinterpret_cast<const float*>(stage + kKV8ScaleOffset);
+  const float* k_scales = stage_scales(stage, kKScaleOffset);
   const int tq = threadIdx.x & 3;
 #pragma unroll
   for (int blk = 0; blk < kDqk / kScaleSpan; ++blk) {
@@ -531,8 +540,8 @@ __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
       qk_step_e4m3(sb, qp, q_smem, row0, stage, key0, ks);
 #pragma unroll
     for (int i = 0; i < kKeysPerWarp / 8; ++i) {
-      const float2 sc = make_float2(k_scales[(key0 + 8 * i + 2 * tq) * kScaleBlocks + blk],
-                                    k_scales[(key0 + 8 * i + 2 * tq + 1) * kScaleBlocks + blk]);
+      const float2 sc = make_float2(k_scales[(key0 + 8 * i + 2 * tq) * kScaleKeyStride + blk],
+                                    k_scales[(key0 + 8 * i + 2 * tq + 1) * kScaleKeyStride + blk]);
       float (&acc)[4] = blk % 2 ? s_odd[i] : s[i];
       acc[0] += sb[i][0] * sc.x;
       acc[1] += sb[i][1] * sc.y;
@@ -560,7 +569,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
                                              const unsigned char* p_smem, const unsigned char* stage) {
   // fp32 P of rows g, g + 8 at this thread's keys 4t..4t+3, times each key's V scale per V block
   // (x kPBias for bf16 V x 2^-120; or / C for fp16 V), rounded once: the k-permuted A fragment
-  const float* v_scales = reinterpret_cast<const float*>(stage + kKV8ScaleOffset) + kScaleBlocks * kBN;
+  const float* v_scales = stage_scales(stage, kVScaleOffset);
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   // C per scale block: grows to the tile's largest V scale (the output rescaled by old C / new C), so
   // every P x scale / C <= 1 (fp16 keeps its precision whatever the scales' magnitude)
@@ -569,7 +578,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
   for (int b = 0; b < kVBlocksPerWarp; ++b) {
     const int blk = (st.cg * kColsPerWarp) / kScaleSpan + b;
     float c = 0.f;
-    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleBlocks + blk]);
+    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleKeyStride + blk]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
     if (c > st.v_max[b]) {
@@ -591,10 +600,10 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
     for (int c = 0; c < kColsPerWarp; c += 32) {
       if (c % kScaleSpan == 0) {
         const int blk = (st.cg * kColsPerWarp + c) / kScaleSpan;
-        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleBlocks + blk;
+        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleKeyStride + blk;
         const float mul = v_mul[c / 8 / kVBlockTiles];
-        const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleBlocks] * mul,
-                                      key_scales[2 * kScaleBlocks] * mul, key_scales[3 * kScaleBlocks] * mul);
+        const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleKeyStride] * mul,
+                                      key_scales[2 * kScaleKeyStride] * mul, key_scales[3 * kScaleKeyStride] * mul);
         p.r[0] = MmaPV::pack(p0.x * sc.x, p0.y * sc.y);
         p.r[1] = MmaPV::pack(p1.x * sc.x, p1.y * sc.y);
         p.r[2] = MmaPV::pack(p0.z * sc.z, p0.w * sc.w);

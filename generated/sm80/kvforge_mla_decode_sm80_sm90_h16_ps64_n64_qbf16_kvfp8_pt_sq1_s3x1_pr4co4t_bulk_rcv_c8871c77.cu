@@ -106,22 +106,30 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 0ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [key][block] for K then V; P is kept in fp32 and takes
-// each key's V scale (times kPBias) before PV, whose bf16 V is value x 2^-120 (out x kOutBias).
+// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V, or in the packed MLA
+// token's row; P is kept in fp32 and takes each key's V scale before PV.
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
 constexpr bool kBlockRegisters = false;
-constexpr int kKV8ScaleOffset = 75776;
+constexpr int kKV8ScaleOffset = 37888;  // block scales apart from the rows
+constexpr int kKScaleOffset = 0;  // key 0's block-0 K scale in a stage
+constexpr int kVScaleOffset = 0;  // ... and its V scale (MLA: the same)
+constexpr int kScaleKeyStride = 0;  // floats from one key's scales to the next's
 constexpr int kScaleSpan = 576;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
 static_assert(kThreads == 32 * (kConsumerWarps + kProducers) && kConvertWarps == 0, "threads");
 static_assert(kKV8Stride == kTokenBytes + 16 && kStageBytes == kKV8StageBytes &&
               kVOffset == kKV8VOffset && kColsPerWarp % 32 == 0, "fp8 register tiles");
-static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && kDqk % kScaleSpan == 0 &&
-                                   kKV8ScaleOffset + 2 * kScaleBlocks * kBN * 4 == kStageBytes &&
+static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kScaleSpan == 0) &&
+                                   (kPackedMLA || kKV8ScaleOffset + (kIsMLA ? 1 : 2) * kScaleBlocks * kBN * 4 ==
+                                                      kStageBytes) &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
-              "fp8 block scales apart");
+              "fp8 block scales");
+// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at [k * kScaleKeyStride + b].
+__device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
+  return reinterpret_cast<const float*>(stage + offset);
+}
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = false;
 constexpr int kVBlocksPerWarp = 0;  // scale blocks a warp's V columns span
@@ -266,22 +274,28 @@ __device__ __forceinline__ long long kv_row_offset(const int* bt_row, int j, lon
 // not cancel; stale K rows are masked out of S), announces its bytes on the full barrier
 // (arrive.expect_tx: the arrive also releases the zero stores) and issues one cp.async.bulk per
 // K and V row. The phase completes when every producer lane has arrived and every byte landed.
-// fp8 MLA (per-tensor scales, register path): the same, one copy per 576-byte token into rows
-// padded to kKV8Stride.
+// fp8 MLA (register path): the same, one copy per token (576 bytes, or the packed 656) into rows
+// kKV8Stride apart; block scales kept apart from the rows are read into the lane's registers with
+// its row's page (before the wait) and stored beside the tile (zeros past the end), released by the
+// same arrive.
 using TK = unsigned char;  // a cache element
 constexpr u32 kRowBytes = 576;    // one K (or V) row of the cache
 constexpr int kRowStride = 592;  // its place in the slot, padded
-constexpr int kVZeroBytes = 512;  // V's bytes of a row (zeroed past the end)
-static_assert(kRowBytes == kDqk * sizeof(TK) && kRowBytes % 16 == 0 && kRowStride % 16 == 0 &&
-              kRowStride > static_cast<int>(kRowBytes) && kVZeroBytes == kDv * static_cast<int>(sizeof(TK)),
-              "bulk rows");
-static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0, "fp8 bulk rows: padded, not swizzled");
+constexpr int kVZeroBytes = 512;  // V's bytes of a row (and in-row scales), zeroed past the end
+constexpr int kRowElems = kRowBytes / sizeof(TK);      // elements per token of one KV head
+constexpr int kLaneScales = 0;  // block scales a lane carries per row (apart from the rows)
+static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0 && kRowStride >= static_cast<int>(kRowBytes) &&
+              kVZeroBytes % 16 == 0 && kVZeroBytes <= static_cast<int>(kRowBytes), "bulk rows");
+static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0 && kRowBytes == kTokenBytes &&
+              (kLaneScales == 0 || (kLaneScales == kScaleBlocks && kIsMLA && kKScaleOffset == kKV8ScaleOffset &&
+                                    kScaleKeyStride == kScaleBlocks)),
+              "fp8 bulk rows: not swizzled; block scales apart, [key][block]");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
-                                              const TK* v_cache, const int* bt_row, int num_kv_heads, int kv_head,
-                                              const Work& w, int pw, int lane) {
+                                              const TK* v_cache, const float* k_scale, const int* bt_row,
+                                              int num_kv_heads, int kv_head, const Work& w, int pw, int lane) {
   constexpr int kRowsPerLane = (kRowsPerProducer + 31) / 32;
   kvforge::PipelineProducer<Ring> pipe{ring};
-  const long long token_stride = static_cast<long long>(num_kv_heads) * kDqk;
+  const long long token_stride = static_cast<long long>(num_kv_heads) * kRowElems;
   for (int t = 0; t < w.num_tiles; ++t) {
     const int j0 = w.key_begin + t * kBN;
     long long off[kRowsPerLane];
@@ -473,36 +487,6 @@ constexpr int kQFrags = kDqk / 16;
 // and D = 128 at three or more CTAs per SM (at most 112 registers per thread)
 constexpr bool kQInRegisters = kDqk <= 128 && kDqk * kCtasPerSM <= 256;
 
-// One k16 step of S[16 x this warp's keys] += Q K^T: Q's k-permuted fragment (registers, or read
-// from shared memory), K^T straight from the fp8 tile.
-__device__ __forceinline__ void qk_step_e4m3(float (&acc)[kKeysPerWarp / 8][4],
-                                             const FragA (&qp)[kQInRegisters ? kQFrags : 1],
-                                             const unsigned char* q_smem, int row0, const unsigned char* stage,
-                                             int key0, int ks) {
-  const FragA a = kQInRegisters ? qp[kQInRegisters ? ks : 0] : tile::load_a_k4(q_smem, kQStride, row0, 16 * ks);
-#pragma unroll
-  for (int i = 0; i < kKeysPerWarp / 8; ++i)
-    tile::qk_mma<TM>(acc[i], a, tile::load_kt8_e4m3(KV8Tile{stage}, key0 + 8 * i, 16 * ks));
-}
-
-// QK phase: S for this warp's keys; even and odd k steps (block scales: even and odd scale blocks)
-// accumulate apart (two independent mma chains), then add.
-__device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
-                                             const FragA (&qp)[kQInRegisters ? kQFrags : 1],
-                                             const unsigned char* q_smem, int row0, const unsigned char* stage,
-                                             int key0) {
-  float s_odd[kKeysPerWarp / 8][4];
-#pragma unroll
-  for (int i = 0; i < kKeysPerWarp / 8; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[i][e] = s_odd[i][e] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < kQFrags; ++ks) qk_step_e4m3(ks % 2 ? s_odd : s, qp, q_smem, row0, stage, key0, ks);
-#pragma unroll
-  for (int i = 0; i < kKeysPerWarp / 8; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[i][e] += s_odd[i][e];
-}
 
 // O[32 columns from c0] += P V for keys k0..k0+15: four n8 tiles from one set of fp8 loads.
 __device__ __forceinline__ void pv_cols32_e4m3(float (*o)[4], const FragA& p, const unsigned char* stage, int k0,
@@ -709,7 +693,8 @@ kvforge_mla_decode_sm80_sm90_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s3x1_pr4co4t_bulk_r
     out_scale = v_scale != nullptr ? *v_scale : v_scale_value;
   }
   if (warp >= kConsumerWarps) {
-    producer_loop(ring, smem, k_cache, v_cache, bt_row, num_kv_heads, kv_head, w, warp - kConsumerWarps, lane);
+    producer_loop(ring, smem, k_cache, v_cache, k_scale, bt_row, num_kv_heads,
+                  kv_head, w, warp - kConsumerWarps, lane);
   } else {
     consumer_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2,
                   out_scale, causal, warp, lane);

@@ -69,6 +69,25 @@ __device__ __forceinline__ FragKt8 load_kt8_e4m3(const Tile& tile, int n0, int k
   return b;
 }
 
+// Two bf16 values -> fp16x2 (through fp32, rounded to nearest; fp16's range).
+__device__ __forceinline__ u32 bf16x2_to_f16x2(u32 w) {
+  const __half2 h = __floats2half2_rn(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  return *reinterpret_cast<const u32*>(&h);
+}
+
+// K^T fragment of one n8 tile (keys n0..n0+7, four depths per thread k-permuted) from bf16 values at
+// byte `byte0` of each row of an unswizzled fp8 tile (the packed MLA token's rope), as fp16 for the
+// fp16 QK (the convert stage's rope conversion, kvforge/fp8_convert.cuh, rounds the same way).
+template <class Tile>
+__device__ __forceinline__ FragKt8 load_kt8_bf16_as_f16(const Tile& tile, int n0, int byte0) {
+  const int lane = threadIdx.x & 31, key = n0 + (lane >> 2);
+  const uint2 w = *reinterpret_cast<const uint2*>(tile.unit_at(key, 0) + byte0 + 8 * (lane & 3));
+  FragKt8 b;
+  b.r[0] = bf16x2_to_f16x2(w.x);
+  b.r[1] = bf16x2_to_f16x2(w.y);
+  return b;
+}
+
 // Two e4m3 values (bytes kLo and kLo + 1 of `w`) -> bf16x2 holding value x 2^-120, by bit moves only
 // (no conversion unit): sign to bit 15, exponent and mantissa (bits 6..0) to bits 10..4. Exact for
 // every normal e4m3 value (bf16 exponent field = e4m3's, >= 1); e4m3 subnormals (below 2^-6 of the
