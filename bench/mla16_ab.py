@@ -20,27 +20,17 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench import (L2_BYTES, Shape, ceilings, flashinfer_runner, interleaved_ms, make_inputs,  # noqa: E402
                    run_kvforge)
 
-from kvforge.codegen.decode import DecodeConfig  # noqa: E402
-from kvforge.codegen.errors import ConfigError, build  # noqa: E402
-from kvforge.codegen.select import select_decode_config  # noqa: E402
+from kvforge.codegen.select import mla16_bulk_tilings, select_decode_config  # noqa: E402
 
 SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16), Shape("mla_decode", 2, 16384, 16)]
-# (block_n, num_kv_stages, num_producer, num_consumer): every tiling of the bulk-copy kernel that fits
-TILINGS = [(bn, st, pr, co) for bn in (32, 64) for st in range(2, 9) for pr in (2, 4) for co in (4, 8)]
 
 
 def candidates(page_size: int) -> dict:
-    """{name: config}: the built-in choice first, then every tiling of TILINGS that builds."""
+    """{name: config}: the built-in choice first, then every tiling that builds (select.mla16_bulk_tilings)."""
     base = select_decode_config("mla_decode", "sm_90", "bf16", page_size, heads=16, head_dim=576, s_q=1)
     out = {f"built-in n{base.block_n} s{base.num_kv_stages} p{base.pipeline.num_producer} "
            f"c{base.pipeline.num_consumer} {base.ctas_per_sm}/SM": base}
-    data = base.model_dump(mode="json")
-    for bn, st, pr, co in TILINGS:
-        pipe = {**data["pipeline"], "num_kv_stages": st, "num_producer": pr, "num_consumer": co}
-        try:
-            cfg = build(DecodeConfig, {**data, "block_n": bn, "pipeline": pipe})
-        except ConfigError:
-            continue
+    for (bn, st, pr, co), cfg in mla16_bulk_tilings(page_size).items():
         if cfg != base:
             out[f"n{bn} s{st} p{pr} c{co} {cfg.ctas_per_sm}/SM"] = cfg
     return out

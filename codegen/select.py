@@ -58,10 +58,11 @@ FP8_MAX_THREADS = 384
 # through the load-and-convert ring. bench/RESULTS.md, "FP8 KV", has the A/B.
 FP8_REGISTER_LAYOUTS = {"gqa_decode": ("per_tensor", "block"), "mla_decode": ("per_tensor", "block", "fp8_ds_mla")}
 FP8_REGISTER_MLA_MAX_ROWS = 16  # MLA: one row group of 16 query rows per CTA (the sm80 choice up to 16 heads)
-# MLA with block scales of fewer than this many columns scales a partial S after every k16 step of
-# its depth-split QK: with rows bulk-copied (sm_90) still 1.24-1.26x faster than the convert warps at
-# b=64-128 (block 64), but on 16-byte cp.async rows 0.85-0.91x of them (bench/mla_fp8_blocks_ab.py,
-# bench/RESULTS.md "Block-scaled and packed fp8 MLA in registers"): there the ring stays.
+# MLA with block scales of fewer than this many columns costs the register path more (a warp's V
+# columns span several scale blocks, P re-scaled per block): with rows bulk-copied (sm_90) it is still
+# 1.25-1.27x faster than the convert warps at b=64-128 (block 64), but on 16-byte cp.async rows 0.90-0.91x
+# of them (bench/mla_fp8_blocks_ab.py, bench/RESULTS.md "Block-scaled and packed fp8 MLA in registers"):
+# there the ring stays where it fits.
 FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC = 128
 # The register path's measured best per head dim (bench/RESULTS.md, "FP8 KV": H200 sweep over keys
 # per tile, ring depth, producer and consumer warps at >= 2 CTAs per SM): (block_n, num_kv_stages,
@@ -132,6 +133,27 @@ TMA_TILES = {64: (64, 3, 1, 4)}
 # stages 1.03-1.05x faster than in the deepest ring (5 stages) at b=128 s_k=4096, b=64 s_k=8192 and
 # b=2 s_k=16384, within 1% of the best tiling of each shape. CTAs of one 16-row group only (where measured).
 MLA_BULK_TILE = (32, 3, 4, 4)
+
+
+def mla16_bulk_tilings(page_size: int = 64) -> dict[tuple[int, int, int, int], DecodeConfig]:
+    """{(block_n, num_kv_stages, num_producer, num_consumer): config} for every tiling of the sm80
+    kernel's 16-bit MLA at 16 heads per CTA on sm_90 (bulk copies) that builds: the space
+    bench/mla16_ab.py times and tests/test_decode_gpu.py runs (MLA_BULK_TILE is its measured best)."""
+    data = select_decode_config("mla_decode", "sm_90", "bf16", page_size, heads=16, head_dim=576,
+                                s_q=1).model_dump(mode="json")
+    out = {}
+    for bn in (32, 64):
+        for stages in range(2, 9):
+            for producers in (2, 4):
+                for consumers in (4, 8):
+                    pipe = {**data["pipeline"], "num_kv_stages": stages, "num_producer": producers,
+                            "num_consumer": consumers}
+                    try:
+                        out[(bn, stages, producers, consumers)] = build(DecodeConfig, {**data, "block_n": bn,
+                                                                                       "pipeline": pipe})
+                    except ConfigError:
+                        continue
+    return out
 # Per-tensor fp8 GQA dequantized in registers, on sm_90: TMA boxes of page rows x 128 bytes into
 # 128-byte-swizzled fp8 tiles beat the 16-byte cp.async producers by 0.4-2.8% at D = 128 and 256
 # (bench/fp8_tma_ab.py, bench/RESULTS.md "TMA for fp8 tiles"), with these tiles.

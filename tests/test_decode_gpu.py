@@ -10,6 +10,8 @@ import pytest
 
 from paged_inputs import assert_matches, make_case, reference
 
+from kvforge.codegen.select import mla16_bulk_tilings
+
 pytestmark = pytest.mark.gpu
 TOL = 1e-2
 
@@ -234,42 +236,16 @@ def test_mla_bulk_copy_producers(page_size, heads, s_q):
     _check("mla_decode", case, out, lse, causal=s_q > 1)
 
 
-def _mla16_tilings():
-    """Every tiling of the 16-head bulk-copy MLA kernel that builds (bench/mla16_ab.py sweeps them)."""
-    from kvforge.codegen.decode import DecodeConfig
-    from kvforge.codegen.errors import ConfigError, build
-    from kvforge.codegen.select import select_decode_config
-
-    data = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1).model_dump(mode="json")
-    out = []
-    for bn in (32, 64):
-        for st in range(2, 9):
-            for pr in (2, 4):
-                for co in (4, 8):
-                    try:
-                        build(DecodeConfig, {**data, "block_n": bn, "pipeline": {**data["pipeline"], "num_kv_stages": st,
-                                                                                  "num_producer": pr, "num_consumer": co}})
-                    except ConfigError:
-                        continue
-                    out.append((bn, st, pr, co))
-    return out
-
-
-@pytest.mark.parametrize("block_n,stages,producers,consumers", _mla16_tilings())
+@pytest.mark.parametrize("block_n,stages,producers,consumers", list(mla16_bulk_tilings()))
 def test_mla_16_heads_on_each_bulk_tiling(block_n, stages, producers, consumers):
     """The 16-head bulk-copy MLA kernel (sm80, sm_90) at every tiling bench/mla16_ab.py times:
     ragged lengths with 0 and 1, partial last tiles, one long split sequence, NaN-poisoned outputs."""
     import kvforge
-    from kvforge.codegen.decode import DecodeConfig
-    from kvforge.codegen.errors import build
     from kvforge.runtime.device import device_arch
-    from kvforge.runtime.select import select_decode_config
 
     if device_arch(0) != "sm_90":
         pytest.skip(f"the 16-head bulk-copy tilings are measured on sm_90; this device is {device_arch(0)}")
-    data = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1).model_dump(mode="json")
-    cfg = build(DecodeConfig, {**data, "block_n": block_n, "pipeline": {
-        **data["pipeline"], "num_kv_stages": stages, "num_producer": producers, "num_consumer": consumers}})
+    cfg = mla16_bulk_tilings()[(block_n, stages, producers, consumers)]
     assert cfg.kv_load == "bulk" and cfg.backend == "sm80"
     case = make_case("mla_decode", batch=5, s_q=1, hq=16, hkv=1, d=576, page_size=64,
                      lens=[0, 1, 9000, 77, 4 * block_n], seed=block_n + stages + producers + consumers)

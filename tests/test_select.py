@@ -145,10 +145,10 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
 def test_block_scaled_fp8_mla_at_16_rows_is_dequantized_in_registers_where_measured_faster(arch, mode, block, path,
                                                                                           load):
     """bench/mla_fp8_blocks_ab.py (H200): block-scaled and packed fp8 MLA at 16 query rows on the register
-    path with bulk-copied rows 1.24-1.84x faster than the convert warps at b >= 64; on 16-byte cp.async
-    rows block 64 (a partial S scaled after every k step) 0.85-0.91x of them (kept on the ring where it
-    fits), block 128 and the packed token 1.15-1.61x. The packed token's 656-byte rows stay unswizzled (16 mod 128 bytes), 576-byte
-    bulk rows padded to 592."""
+    path with bulk-copied rows 1.25-1.85x faster than the convert warps at b >= 64; on 16-byte cp.async
+    rows block 64 (P re-scaled for two V scale blocks per warp) 0.90-0.91x of them (kept on the ring where
+    it fits), block 128 and the packed token 1.15-1.61x. The packed token's 656-byte rows stay unswizzled
+    (16 mod 128 bytes), 576-byte bulk rows padded to 592."""
     cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=16, head_dim=576, s_q=1, scale_mode=mode,
                                scale_block_size=block)
     assert cfg.backend == "sm80" and cfg.fp8_convert == path and cfg.kv_load == load
