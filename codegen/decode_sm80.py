@@ -214,11 +214,22 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def scale_key_stride(self) -> int:
-        """Register path, block scales: bytes between consecutive keys' scales of one block in a stage
-        ([key][block] fp32 apart from the rows, or the packed token's own scales in its row)."""
+        """Register path, block scales: bytes between consecutive keys' scales of one block in a stage:
+        the packed token's own scales in its row; [key][block] fp32 apart from the rows where cp.async
+        copies each token's run of scales; [block][key] where the producer lanes store them from
+        registers (bulk-copied MLA rows), so four keys' scales of a block are one 16-byte read."""
         if not self.register_block_scales:
             return 0
-        return self.kv8_row_stride if self.scale_mode == "fp8_ds_mla" else 4 * self.scale_blocks
+        if self.scale_mode == "fp8_ds_mla":
+            return self.kv8_row_stride
+        return 4 if self.bulk_lane_scales else 4 * self.scale_blocks
+
+    @property
+    def scale_block_stride(self) -> int:
+        """... and between one key's scales of consecutive blocks."""
+        if not self.register_block_scales:
+            return 0
+        return 4 * self.block_n if self.bulk_lane_scales else 4
 
     @property
     def k_scale_offset(self) -> int:

@@ -106,8 +106,9 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 47168349581080ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V, or in the packed MLA
-// token's row; P is kept in fp32 and takes each key's V scale before PV.
+// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V ([block][key] where the producer
+// lanes store them: bulk-copied MLA rows), or in the packed MLA token's row; P is kept in fp32 and takes each
+// key's V scale before PV.
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
 constexpr bool kBlockRegisters = true;
@@ -115,6 +116,7 @@ constexpr int kKV8ScaleOffset = 32768;  // block scales apart from the rows
 constexpr int kKScaleOffset = 32768;  // key 0's block-0 K scale in a stage
 constexpr int kVScaleOffset = 33792;  // ... and its V scale (MLA: the same)
 constexpr int kScaleKeyStride = 2;  // floats from one key's scales to the next's
+constexpr int kScaleBlkStride = 1;  // floats from one block's scale to the next's
 constexpr int kScaleSpan = 64;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
@@ -126,7 +128,8 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
                                                       kStageBytes) &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
               "fp8 block scales");
-// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at [k * kScaleKeyStride + b].
+// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at
+// [k * kScaleKeyStride + b * kScaleBlkStride].
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
@@ -578,7 +581,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
   for (int b = 0; b < kVBlocksPerWarp; ++b) {
     const int blk = (st.cg * kColsPerWarp) / kScaleSpan + b;
     float c = 0.f;
-    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleKeyStride + blk]);
+    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleKeyStride + blk * kScaleBlkStride]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
     if (c > st.v_max[b]) {
@@ -600,10 +603,16 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
     for (int c = 0; c < kColsPerWarp; c += 32) {
       if (c % kScaleSpan == 0) {
         const int blk = (st.cg * kColsPerWarp + c) / kScaleSpan;
-        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleKeyStride + blk;
+        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleKeyStride + blk * kScaleBlkStride;
         const float mul = v_mul[c / 8 / kVBlockTiles];
-        const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleKeyStride] * mul,
-                                      key_scales[2 * kScaleKeyStride] * mul, key_scales[3 * kScaleKeyStride] * mul);
+        float4 sc;
+        if constexpr (kScaleKeyStride == 1) {  // [block][key]: the four keys' scales are one 16-byte read
+          sc = *reinterpret_cast<const float4*>(key_scales);
+          sc = make_float4(sc.x * mul, sc.y * mul, sc.z * mul, sc.w * mul);
+        } else {
+          sc = make_float4(key_scales[0] * mul, key_scales[kScaleKeyStride] * mul,
+                           key_scales[2 * kScaleKeyStride] * mul, key_scales[3 * kScaleKeyStride] * mul);
+        }
         p.r[0] = MmaPV::pack(p0.x * sc.x, p0.y * sc.y);
         p.r[1] = MmaPV::pack(p1.x * sc.x, p1.y * sc.y);
         p.r[2] = MmaPV::pack(p0.z * sc.z, p0.w * sc.w);

@@ -106,8 +106,9 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 0ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V, or in the packed MLA
-// token's row; P is kept in fp32 and takes each key's V scale before PV.
+// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V ([block][key] where the producer
+// lanes store them: bulk-copied MLA rows), or in the packed MLA token's row; P is kept in fp32 and takes each
+// key's V scale before PV.
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
 constexpr bool kBlockRegisters = true;
@@ -115,6 +116,7 @@ constexpr int kKV8ScaleOffset = 41984;  // block scales apart from the rows
 constexpr int kKScaleOffset = 512;  // key 0's block-0 K scale in a stage
 constexpr int kVScaleOffset = 512;  // ... and its V scale (MLA: the same)
 constexpr int kScaleKeyStride = 164;  // floats from one key's scales to the next's
+constexpr int kScaleBlkStride = 1;  // floats from one block's scale to the next's
 constexpr int kScaleSpan = 128;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
@@ -126,7 +128,8 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
                                                       kStageBytes) &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
               "fp8 block scales");
-// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at [k * kScaleKeyStride + b].
+// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at
+// [k * kScaleKeyStride + b * kScaleBlkStride].
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
@@ -288,7 +291,7 @@ static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0 && kRowStride >= stati
               kVZeroBytes % 16 == 0 && kVZeroBytes <= static_cast<int>(kRowBytes), "bulk rows");
 static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0 && kRowBytes == kTokenBytes &&
               (kLaneScales == 0 || (kLaneScales == kScaleBlocks && kIsMLA && kKScaleOffset == kKV8ScaleOffset &&
-                                    kScaleKeyStride == kScaleBlocks)),
+                                    kScaleKeyStride == 1 && kScaleBlkStride == kBN)),
               "fp8 bulk rows: not swizzled; block scales apart, [key][block]");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
                                               const TK* v_cache, const float* k_scale, const int* bt_row,
@@ -394,12 +397,19 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
       for (int n = 0; n < kBN; n += 8)
         tile::qk_mma<TM>(sb[n / 8], qf[q], tile::load_kt8_e4m3(KV8Tile{stage}, n, k0));
       if (q == kQSteps - 1 || kSpanSteps <= kColGroups || (q + 1) * kColGroups % kSpanSteps == 0) {
-        const float* k_scales = stage_scales(stage, kKScaleOffset) + k0 / kScaleSpan;
+        const float* k_scales = stage_scales(stage, kKScaleOffset) + k0 / kScaleSpan * kScaleBlkStride;
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
           const int key = i * 8 + 2 * st.tq;
-          const float sc0 = k_scales[key * kScaleKeyStride];
-          const float sc1 = k_scales[(key + 1) * kScaleKeyStride];
+          float sc0, sc1;
+          if constexpr (kScaleKeyStride == 1) {  // [block][key]: the two keys' scales are one 8-byte read
+            const float2 pair = *reinterpret_cast<const float2*>(k_scales + key);
+            sc0 = pair.x;
+            sc1 = pair.y;
+          } else {
+            sc0 = k_scales[key * kScaleKeyStride];
+            sc1 = k_scales[(key + 1) * kScaleKeyStride];
+          }
           sp[i][0] += sb[i][0] * sc0;
           sp[i][1] += sb[i][1] * sc1;
           sp[i][2] += sb[i][2] * sc0;
@@ -543,7 +553,7 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
   for (int b = 0; b < kVBlocksPerWarp; ++b) {
     const int blk = (st.cg * kColsPerWarp) / kScaleSpan + b;
     float c = 0.f;
-    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleKeyStride + blk]);
+    for (int key = lane; key < kBN; key += 32) c = fmaxf(c, v_scales[key * kScaleKeyStride + blk * kScaleBlkStride]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
     if (c > st.v_max[b]) {
@@ -565,10 +575,16 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
     for (int c = 0; c < kColsPerWarp; c += 32) {
       if (c % kScaleSpan == 0) {
         const int blk = (st.cg * kColsPerWarp + c) / kScaleSpan;
-        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleKeyStride + blk;
+        const float* key_scales = v_scales + (k0 + 4 * tq) * kScaleKeyStride + blk * kScaleBlkStride;
         const float mul = v_mul[c / 8 / kVBlockTiles];
-        const float4 sc = make_float4(key_scales[0] * mul, key_scales[kScaleKeyStride] * mul,
-                                      key_scales[2 * kScaleKeyStride] * mul, key_scales[3 * kScaleKeyStride] * mul);
+        float4 sc;
+        if constexpr (kScaleKeyStride == 1) {  // [block][key]: the four keys' scales are one 16-byte read
+          sc = *reinterpret_cast<const float4*>(key_scales);
+          sc = make_float4(sc.x * mul, sc.y * mul, sc.z * mul, sc.w * mul);
+        } else {
+          sc = make_float4(key_scales[0] * mul, key_scales[kScaleKeyStride] * mul,
+                           key_scales[2 * kScaleKeyStride] * mul, key_scales[3 * kScaleKeyStride] * mul);
+        }
         p.r[0] = MmaPV::pack(p0.x * sc.x, p0.y * sc.y);
         p.r[1] = MmaPV::pack(p1.x * sc.x, p1.y * sc.y);
         p.r[2] = MmaPV::pack(p0.z * sc.z, p0.w * sc.w);

@@ -106,8 +106,9 @@ constexpr int kPackedRope = kPackedLatent + 4 * kScaleBlocks;
 constexpr unsigned long long kFp8Swizzle = 0ull;
 static_assert(!kPackedMLA || (kIsMLA && kTokenBytes == kPackedRope + 2 * (kDqk - kPackedLatent)), "packed token");
 // fp8_convert = registers: the MMA ring itself holds the fp8 tiles; consumers dequantize in registers.
-// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V, or in the packed MLA
-// token's row; P is kept in fp32 and takes each key's V scale before PV.
+// Block scales sit apart from the rows, fp32 [key][block] for K then (GQA) V ([block][key] where the producer
+// lanes store them: bulk-copied MLA rows), or in the packed MLA token's row; P is kept in fp32 and takes each
+// key's V scale before PV.
 constexpr int kOffKV8 = kOffKV;
 using LoadRing = Ring;
 constexpr bool kBlockRegisters = false;
@@ -115,6 +116,7 @@ constexpr int kKV8ScaleOffset = 37888;  // block scales apart from the rows
 constexpr int kKScaleOffset = 0;  // key 0's block-0 K scale in a stage
 constexpr int kVScaleOffset = 0;  // ... and its V scale (MLA: the same)
 constexpr int kScaleKeyStride = 0;  // floats from one key's scales to the next's
+constexpr int kScaleBlkStride = 0;  // floats from one block's scale to the next's
 constexpr int kScaleSpan = 576;  // columns per block scale
 constexpr bool kRawBf16V = false;  // PV on bf16 V x 2^-120 (P, out biased)
 constexpr float kPBias = kvforge::sm80::kRawBf16PBias, kOutBias = kvforge::sm80::kRawBf16OutBias;
@@ -126,7 +128,8 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
                                                       kStageBytes) &&
                                    (kColsPerWarp % kScaleSpan == 0 || kScaleSpan % kColsPerWarp == 0)),
               "fp8 block scales");
-// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at [k * kScaleKeyStride + b].
+// A stage's block scales from `offset` (kKScaleOffset or kVScaleOffset): key k's block b at
+// [k * kScaleKeyStride + b * kScaleBlkStride].
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
@@ -288,7 +291,7 @@ static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0 && kRowStride >= stati
               kVZeroBytes % 16 == 0 && kVZeroBytes <= static_cast<int>(kRowBytes), "bulk rows");
 static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0 && kRowBytes == kTokenBytes &&
               (kLaneScales == 0 || (kLaneScales == kScaleBlocks && kIsMLA && kKScaleOffset == kKV8ScaleOffset &&
-                                    kScaleKeyStride == kScaleBlocks)),
+                                    kScaleKeyStride == 1 && kScaleBlkStride == kBN)),
               "fp8 bulk rows: not swizzled; block scales apart, [key][block]");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
                                               const TK* v_cache, const float* k_scale, const int* bt_row,
