@@ -250,7 +250,7 @@ class Sm80DecodeConfig(DecodeConfig):
 
     @property
     def bulk_row_stride(self) -> int:
-        """kv_load='bulk': bytes between rows in a slot (the row plus 16 bytes of padding)."""
+        """kv_load='bulk': bytes between rows in a slot (the row and its padding: ROW_PAD, or kv8_row_pad)."""
         return self.kv8_row_stride if self.is_fp8 else self.kv_row_stride
 
     @property

@@ -292,7 +292,7 @@ static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0 && kRowStride >= stati
 static_assert(kRowStride == kKV8Stride && kFp8Swizzle == 0 && kRowBytes == kTokenBytes &&
               (kLaneScales == 0 || (kLaneScales == kScaleBlocks && kIsMLA && kKScaleOffset == kKV8ScaleOffset &&
                                     kScaleKeyStride == 1 && kScaleBlkStride == kBN)),
-              "fp8 bulk rows: not swizzled; block scales apart, [key][block]");
+              "fp8 bulk rows: not swizzled; block scales apart, [block][key]");
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const TK* k_cache,
                                               const TK* v_cache, const float* k_scale, const int* bt_row,
                                               int num_kv_heads, int kv_head, const Work& w, int pw, int lane) {
