@@ -161,9 +161,8 @@ class Sm80DecodeConfig(DecodeConfig):
                              "4 consumer warps per row group of 16 query rows; got "
                              f"{self.row_groups} row group(s) x {self.col_groups} warps (use "
                              f"num_consumer={4 * self.row_groups} or fp8_convert='ring')")
-        if self.scale_mode == "fp8_ds_mla":
-            pass  # 656-byte rows are 16 mod 128 bytes: K's reads are conflict-free unswizzled
-        elif self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
+        # (the packed 656-byte rows need no swizzle: 16 mod 128 bytes keeps K's reads conflict-free)
+        if self.scale_mode != "fp8_ds_mla" and self.kv_token_bytes // 16 not in FP8_SWIZZLE_CHUNKS:
             raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: fp8 register dequantization swizzles "
                              "rows of 64, 128, 256 or 576 bytes")
         if self.cols_per_warp % 32:
