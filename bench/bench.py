@@ -196,6 +196,17 @@ def flashinfer_runner(sh, q, kv, bt, lens):
     return lambda i: w.run(q3, (kv[i][0], kv[i][1]))
 
 
+def flashinfer_calls(sh, q, kv, bt, lens, copies: int) -> dict:
+    """{"FlashInfer": one call per KV copy} to add to an A/B script's timed calls, or {} where FlashInfer
+    cannot run this shape (the reason on stderr)."""
+    try:
+        fi = flashinfer_runner(sh, q, kv, bt, lens)
+    except Exception as e:  # noqa: BLE001 - a missing peer leaves its column empty, not the run
+        print(f"FlashInfer failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return {}
+    return {"FlashInfer": [lambda i=i: fi(i) for i in range(copies)]}
+
+
 def config_ab(variants, names: tuple[str, str], headers: tuple[str, str], rounds: int, shapes=None) -> None:
     """Print a table timing two pinned configs per benchmark shape: `variants(shape)` gives
     {name: config} for `names` (or None to skip the shape). Each round times both (graph

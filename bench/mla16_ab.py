@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench import (L2_BYTES, Shape, ceilings, flashinfer_runner, interleaved_ms, make_inputs,  # noqa: E402
+from bench import (L2_BYTES, Shape, ceilings, flashinfer_calls, interleaved_ms, make_inputs,  # noqa: E402
                    run_kvforge)
 
 from kvforge.codegen.select import mla16_bulk_tilings, select_decode_config  # noqa: E402
@@ -55,11 +55,7 @@ def main() -> int:
         ref = calls[base][0]().float()
         rel = {n: float((calls[n][0]().float() - ref).norm() / ref.norm()) for n in cfgs}
         if not args.no_flashinfer:
-            try:
-                fi = flashinfer_runner(sh, q, kv, bt, lens)
-                calls["FlashInfer"] = [lambda i=i: fi(i) for i in range(copies)]
-            except Exception as e:  # noqa: BLE001
-                print(f"FlashInfer failed: {type(e).__name__}: {e}", file=sys.stderr)
+            calls.update(flashinfer_calls(sh, q, kv, bt, lens, copies))
         t = interleaved_ms(calls, 20, args.rounds)
         for n in sorted(calls, key=t.get):
             print(f"| {sh.label} | {n} | {t[n]:.4f} | {sh.bytes() / t[n] / 1e6 / ceil['read']:.0%} | "

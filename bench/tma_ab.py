@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench import L2_BYTES, SHAPES, ceilings, flashinfer_runner, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
+from bench import L2_BYTES, SHAPES, ceilings, flashinfer_calls, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
 
 from kvforge.codegen.decode import DecodeConfig  # noqa: E402
 from kvforge.codegen.errors import ConfigError, build  # noqa: E402
@@ -83,11 +83,7 @@ def main() -> int:
         errs = {name: float((run_kvforge(sh, q, *kv[0], bt, lens, c).float() - ref).norm() / ref.norm())
                 for name, c in cfgs.items()}
         if not args.no_flashinfer:
-            try:
-                fi = flashinfer_runner(sh, q, kv, bt, lens)
-                calls["FlashInfer"] = [lambda i=i: fi(i) for i in range(copies)]
-            except Exception as e:  # noqa: BLE001
-                print(f"FlashInfer failed: {type(e).__name__}: {e}", file=sys.stderr)
+            calls.update(flashinfer_calls(sh, q, kv, bt, lens, copies))
         t = interleaved_ms(calls, 20, args.rounds)
         base = next(iter(cfgs))
         for name in calls:

@@ -133,6 +133,19 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
+// Keys `key`, key + 1 of one block's scales (`scales` at that block): one 8-byte read where a block's keys
+// are adjacent ([block][key]).
+__device__ __forceinline__ float2 key_pair_scales(const float* scales, int key) {
+  if constexpr (kScaleKeyStride == 1) return *reinterpret_cast<const float2*>(scales + key);
+  else return make_float2(scales[key * kScaleKeyStride], scales[(key + 1) * kScaleKeyStride]);
+}
+// acc += one scale block's partial S of an n8 tile (this thread's keys 2t, 2t+1 in both rows) times the keys' scales.
+__device__ __forceinline__ void add_scaled(float (&acc)[4], const float (&part)[4], float2 sc) {
+  acc[0] += part[0] * sc.x;
+  acc[1] += part[1] * sc.y;
+  acc[2] += part[2] * sc.x;
+  acc[3] += part[3] * sc.y;
+}
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = false;
 constexpr int kVBlocksPerWarp = 0;  // scale blocks a warp's V columns span
@@ -542,13 +555,7 @@ __device__ __forceinline__ void qk_tile_e4m3(float (&s)[kKeysPerWarp / 8][4],
       qk_step_e4m3(sb, qp, q_smem, row0, stage, key0, ks);
 #pragma unroll
     for (int i = 0; i < kKeysPerWarp / 8; ++i) {
-      const float2 sc = make_float2(k_scales[(key0 + 8 * i + 2 * tq) * kScaleKeyStride + blk],
-                                    k_scales[(key0 + 8 * i + 2 * tq + 1) * kScaleKeyStride + blk]);
-      float (&acc)[4] = blk % 2 ? s_odd[i] : s[i];
-      acc[0] += sb[i][0] * sc.x;
-      acc[1] += sb[i][1] * sc.y;
-      acc[2] += sb[i][2] * sc.x;
-      acc[3] += sb[i][3] * sc.y;
+      add_scaled(blk % 2 ? s_odd[i] : s[i], sb[i], key_pair_scales(k_scales + blk * kScaleBlkStride, key0 + 8 * i + 2 * tq));
     }
   }
 #pragma unroll

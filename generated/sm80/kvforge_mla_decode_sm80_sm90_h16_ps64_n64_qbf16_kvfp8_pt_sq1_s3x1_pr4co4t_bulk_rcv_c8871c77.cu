@@ -133,6 +133,19 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
+// Keys `key`, key + 1 of one block's scales (`scales` at that block): one 8-byte read where a block's keys
+// are adjacent ([block][key]).
+__device__ __forceinline__ float2 key_pair_scales(const float* scales, int key) {
+  if constexpr (kScaleKeyStride == 1) return *reinterpret_cast<const float2*>(scales + key);
+  else return make_float2(scales[key * kScaleKeyStride], scales[(key + 1) * kScaleKeyStride]);
+}
+// acc += one scale block's partial S of an n8 tile (this thread's keys 2t, 2t+1 in both rows) times the keys' scales.
+__device__ __forceinline__ void add_scaled(float (&acc)[4], const float (&part)[4], float2 sc) {
+  acc[0] += part[0] * sc.x;
+  acc[1] += part[1] * sc.y;
+  acc[2] += part[2] * sc.x;
+  acc[3] += part[3] * sc.y;
+}
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = false;
 constexpr int kVBlocksPerWarp = 0;  // scale blocks a warp's V columns span

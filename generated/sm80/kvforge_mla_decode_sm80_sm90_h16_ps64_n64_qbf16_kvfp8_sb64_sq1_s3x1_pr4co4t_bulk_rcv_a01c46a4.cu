@@ -133,6 +133,19 @@ static_assert(!kBlockRegisters || (kScaleSpan % 32 == 0 && (kIsMLA || kDqk % kSc
 __device__ __forceinline__ const float* stage_scales(const unsigned char* stage, int offset) {
   return reinterpret_cast<const float*>(stage + offset);
 }
+// Keys `key`, key + 1 of one block's scales (`scales` at that block): one 8-byte read where a block's keys
+// are adjacent ([block][key]).
+__device__ __forceinline__ float2 key_pair_scales(const float* scales, int key) {
+  if constexpr (kScaleKeyStride == 1) return *reinterpret_cast<const float2*>(scales + key);
+  else return make_float2(scales[key * kScaleKeyStride], scales[(key + 1) * kScaleKeyStride]);
+}
+// acc += one scale block's partial S of an n8 tile (this thread's keys 2t, 2t+1 in both rows) times the keys' scales.
+__device__ __forceinline__ void add_scaled(float (&acc)[4], const float (&part)[4], float2 sc) {
+  acc[0] += part[0] * sc.x;
+  acc[1] += part[1] * sc.y;
+  acc[2] += part[2] * sc.x;
+  acc[3] += part[3] * sc.y;
+}
 // block scales with cvt V (fp16 PV): P x (V scale / C), C the running max of the V scales per scale block
 constexpr bool kVScaleNormalized = true;
 constexpr int kVBlocksPerWarp = 2;  // scale blocks a warp's V columns span
@@ -407,20 +420,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWarp / 8][4], const C
         const float* k_scales = stage_scales(stage, kKScaleOffset) + k0 / kScaleSpan * kScaleBlkStride;
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          const int key = i * 8 + 2 * st.tq;
-          float sc0, sc1;
-          if constexpr (kScaleKeyStride == 1) {  // [block][key]: the two keys' scales are one 8-byte read
-            const float2 pair = *reinterpret_cast<const float2*>(k_scales + key);
-            sc0 = pair.x;
-            sc1 = pair.y;
-          } else {
-            sc0 = k_scales[key * kScaleKeyStride];
-            sc1 = k_scales[(key + 1) * kScaleKeyStride];
-          }
-          sp[i][0] += sb[i][0] * sc0;
-          sp[i][1] += sb[i][1] * sc1;
-          sp[i][2] += sb[i][2] * sc0;
-          sp[i][3] += sb[i][3] * sc1;
+          add_scaled(sp[i], sb[i], key_pair_scales(k_scales, i * 8 + 2 * st.tq));
           sb[i][0] = sb[i][1] = sb[i][2] = sb[i][3] = 0.f;
         }
       }
