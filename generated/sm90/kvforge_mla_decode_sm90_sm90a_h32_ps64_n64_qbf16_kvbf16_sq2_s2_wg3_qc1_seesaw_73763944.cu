@@ -390,9 +390,9 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
 // S_B. Per pair, with M the running row max:
 //   wg0: softmax(S_A) against M -> M0, scale0 = 2^(M - M0), P_A into A's rope chunk  [give hand-off 0]
 //        O_L += P_A V_A[L] (P_A from registers)
-//   wg1: [take hand-off 0] O_R x= scale0; O_R += P_A V_A[R]; QK of B under it; softmax(S_B)
-//        against M0 -> M1, scale1, P_B into B's rope chunk  [give hand-off 1]; O_R x= scale1;
-//        O_R += P_B V_B[R] (P_B from registers)
+//   wg1: QK of B (16-bit KV; needs only B's tile: runs under wg0's softmax); [take hand-off 0] O_R x= scale0;
+//        O_R += P_A V_A[R] (runs under the next step); softmax(S_B) against M0 -> M1, scale1, P_B
+//        into B's rope chunk  [give hand-off 1]; O_R x= scale1; O_R += P_B V_B[R] (P_B from registers)
 //   wg0: [take hand-off 1] O_L x= scale1; O_L += P_B V_B[L]; then the QK of the next A
 // so one warpgroup's wgmmas run while the other's softmax does, each QK is m64n64 over the whole
 // depth (Q and K read once per tile), and A's slot is free by mid-pair (its next tile loads under
@@ -597,8 +597,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   pb.advance();
 }
 
-// The same pair for warpgroup 1: P_A V_A[R] first (so A's slot frees early), QK of B under it,
-// then softmax of S_B against M0 and P_B V_B[R].
+// The same pair for warpgroup 1: QK of B first (16-bit KV: under warpgroup 0's softmax of A; fp8 in its
+// slot: after P_A V_A[R] is issued), the hand-off, P_A V_A[R], the softmax of S_B against M0, P_B V_B[R].
 template <bool kHasB, bool kNextA, bool kNextB>
 __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
@@ -611,6 +611,16 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
   // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
   // completes at warpgroup 0's later release either way.)
+  // 16-bit KV: B's QK needs only B's tile, so it goes first and runs while warpgroup 0 does its softmax
+  // of A; then the hand-off, P_A V_A[R], and the softmax of B as soon as S_B is in (1.02-1.12x over
+  // taking the hand-off first; fp8 converted in its slot keeps that order, where QK first measured
+  // 0.96x: bench/RESULTS.md).
+  if constexpr (kHasB) {
+    pb.consumer_wait(kR);
+    qk_chunks(s, s2, sm.q_addr, sm.stage1, kSubSplit, kChunks, true);
+    pb.consumer_wait(kL);
+    qk_chunks(s, s2, sm.q_addr, sm.stage1, 0, kSubSplit, false);
+  }
   sm.handoff[0].take(t / 2);
   pa.release_all(kL);
 #pragma unroll
@@ -624,14 +634,8 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   }
   pv_issue(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
   if constexpr (kHasB) {
-    pb.consumer_wait(kR);
-    qk_chunks(s, s2, sm.q_addr, sm.stage1, kSubSplit, kChunks, true);
-    pb.consumer_wait(kL);
-    qk_chunks(s, s2, sm.q_addr, sm.stage1, 0, kSubSplit, false);
-    wg::wgmma_wait<0>();  // P_A V_A[R] and S_B
-    wg::fence_operands(o);
+    wg::wgmma_wait<1>();  // S_B (P_A V_A[R] may still run: it accumulates into O, not S)
     qk_merge(s, s2);
-    pa.release_all(kR);
     pb.release_all(kL);
     mask_and_max(s, st, key_b, scale_log2, mx);
 #pragma unroll
@@ -652,6 +656,9 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     store_p(sm.stage_b + (kChunks - 1) * kChunkBytes, p, st);  // B's rope chunk: its QK is done
     wg::fence_proxy_async();
     sm.handoff[1].give();
+    wg::wgmma_wait<0>();  // P_A V_A[R]: O is rescaled next
+    wg::fence_operands(o);
+    pa.release_all(kR);
     scale_o(o, f);  // to M1
     st.l[0] = st.l[0] * f[0] + sum[0];
     st.l[1] = st.l[1] * f[1] + sum[1];

@@ -477,9 +477,9 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
 // S_B. Per pair, with M the running row max:
 //   wg0: softmax(S_A) against M -> M0, scale0 = 2^(M - M0), P_A into A's rope chunk  [give hand-off 0]
 //        O_L += P_A V_A[L] (P_A from registers)
-//   wg1: [take hand-off 0] O_R x= scale0; O_R += P_A V_A[R]; QK of B under it; softmax(S_B)
-//        against M0 -> M1, scale1, P_B into B's rope chunk  [give hand-off 1]; O_R x= scale1;
-//        O_R += P_B V_B[R] (P_B from registers)
+//   wg1: QK of B (16-bit KV; needs only B's tile: runs under wg0's softmax); [take hand-off 0] O_R x= scale0;
+//        O_R += P_A V_A[R] (runs under the next step); softmax(S_B) against M0 -> M1, scale1, P_B
+//        into B's rope chunk  [give hand-off 1]; O_R x= scale1; O_R += P_B V_B[R] (P_B from registers)
 //   wg0: [take hand-off 1] O_L x= scale1; O_L += P_B V_B[L]; then the QK of the next A
 // so one warpgroup's wgmmas run while the other's softmax does, each QK is m64n64 over the whole
 // depth (Q and K read once per tile), and A's slot is free by mid-pair (its next tile loads under
@@ -684,8 +684,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   pb.advance();
 }
 
-// The same pair for warpgroup 1: P_A V_A[R] first (so A's slot frees early), QK of B under it,
-// then softmax of S_B against M0 and P_B V_B[R].
+// The same pair for warpgroup 1: QK of B first (16-bit KV: under warpgroup 0's softmax of A; fp8 in its
+// slot: after P_A V_A[R] is issued), the hand-off, P_A V_A[R], the softmax of S_B against M0, P_B V_B[R].
 template <bool kHasB, bool kNextA, bool kNextB>
 __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
