@@ -208,6 +208,15 @@ class Sm90DecodeConfig(DecodeConfig):
         return self.is_fp8 and self.fp8_staging == "slot"
 
     @property
+    def seesaw_qk_first(self) -> bool:
+        """The seesaw's warpgroup 1 issues tile B's QK before it takes warpgroup 0's hand-off (B's QK
+        needs only B's tile, so it runs under warpgroup 0's softmax): 16-bit KV, 1.02-1.12x over taking
+        the hand-off first. fp8 converted in its slot takes the hand-off first (there B's QK would wait
+        for the producers' conversion, which that order hides under P_A V_A[R]: QK first measured 0.96x;
+        bench/RESULTS.md, fourteenth session)."""
+        return self.seesaw and not self.converts_in_slot
+
+    @property
     def slot_subs(self) -> tuple[dict, ...]:
         """fp8_staging='slot': per sub-stage (L, R), its 16-bit chunks [first_chunk, first_chunk +
         chunks), its fp8 TMA boxes (`boxes` of FP8_BOX_COLS columns from column col0; R's last box runs

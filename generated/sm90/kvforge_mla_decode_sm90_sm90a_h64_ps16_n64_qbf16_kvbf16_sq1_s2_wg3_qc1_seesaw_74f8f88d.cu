@@ -390,7 +390,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
 // S_B. Per pair, with M the running row max:
 //   wg0: softmax(S_A) against M -> M0, scale0 = 2^(M - M0), P_A into A's rope chunk  [give hand-off 0]
 //        O_L += P_A V_A[L] (P_A from registers)
-//   wg1: QK of B (16-bit KV; needs only B's tile: runs under wg0's softmax); [take hand-off 0] O_R x= scale0;
+//   wg1: QK of B (seesaw_qk_first; needs only B's tile: runs under wg0's softmax); [take hand-off 0] O_R x= scale0;
 //        O_R += P_A V_A[R] (runs under the next step); softmax(S_B) against M0 -> M1, scale1, P_B
 //        into B's rope chunk  [give hand-off 1]; O_R x= scale1; O_R += P_B V_B[R] (P_B from registers)
 //   wg0: [take hand-off 1] O_L x= scale1; O_L += P_B V_B[L]; then the QK of the next A
@@ -517,6 +517,16 @@ struct SeesawSmem {
   kvforge::Handoff handoff[2];  // [0]: warpgroup 0 -> 1 (M0, scale0, P_A); [1]: 1 -> 0 (M1, scale1, P_B)
 };
 
+// Warpgroup 1's QK of tile B (stage 1): sub R's chunks, then sub L's, each once it has landed.
+__device__ __forceinline__ void qk_of_b(float (&s)[32], float (&s2)[32], const SeesawSmem& sm,
+                                        kvforge::PipelineConsumer<Ring>& pb) {
+  constexpr int kL = 0, kR = 1;
+  pb.consumer_wait(kR);
+  qk_chunks(s, s2, sm.q_addr, sm.stage1, kSubSplit, kChunks, true);
+  pb.consumer_wait(kL);
+  qk_chunks(s, s2, sm.q_addr, sm.stage1, 0, kSubSplit, false);
+}
+
 // One pair of tiles (A = t, B = t + 1) for warpgroup 0. Compile-time cases, so that no wgmma is
 // issued or awaited under a run-time branch (ptxas serializes every wgmma otherwise):
 // kHasB (tile B exists), kNextA (tile t + 2 exists: its QK ends this step), kNextB (t + 3).
@@ -597,8 +607,8 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   pb.advance();
 }
 
-// The same pair for warpgroup 1: QK of B first (16-bit KV: under warpgroup 0's softmax of A; fp8 in its
-// slot: after P_A V_A[R] is issued), the hand-off, P_A V_A[R], the softmax of S_B against M0, P_B V_B[R].
+// The same pair for warpgroup 1: QK of B first (seesaw_qk_first: under warpgroup 0's softmax of A;
+// otherwise after P_A V_A[R] is issued), the hand-off, P_A V_A[R], the softmax of S_B against M0, P_B V_B[R].
 template <bool kHasB, bool kNextA, bool kNextB>
 __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32], u32 (&p)[16], MathState& st,
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
@@ -611,16 +621,9 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
   // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
   // completes at warpgroup 0's later release either way.)
-  // 16-bit KV: B's QK needs only B's tile, so it goes first and runs while warpgroup 0 does its softmax
-  // of A; then the hand-off, P_A V_A[R], and the softmax of B as soon as S_B is in (1.02-1.12x over
-  // taking the hand-off first; fp8 converted in its slot keeps that order, where QK first measured
-  // 0.96x: bench/RESULTS.md).
-  if constexpr (kHasB) {
-    pb.consumer_wait(kR);
-    qk_chunks(s, s2, sm.q_addr, sm.stage1, kSubSplit, kChunks, true);
-    pb.consumer_wait(kL);
-    qk_chunks(s, s2, sm.q_addr, sm.stage1, 0, kSubSplit, false);
-  }
+  // B's QK first, under warpgroup 0's softmax of A; then the hand-off, P_A V_A[R], and the softmax of
+  // B as soon as S_B is in (Sm90DecodeConfig.seesaw_qk_first)
+  if constexpr (kHasB) qk_of_b(s, s2, sm, pb);
   sm.handoff[0].take(t / 2);
   pa.release_all(kL);
 #pragma unroll
