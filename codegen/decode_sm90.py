@@ -73,10 +73,6 @@ for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS),
     assert _p + MATH_WARPGROUPS * _m <= register_budget(), (_p, _m, register_budget())
 
 
-# lazy_rescale: a row's running maximum moves only when a tile's exceeds it by more than this (log2 units; FA4's
-# choice), so P <= 2^8 (bf16/fp16 and the fp32 sums hold it) and most tiles skip the output rescale
-RESCALE_SLACK_LOG2 = 8.0
-
 class Sm90DecodeConfig(DecodeConfig):
     backend_name: ClassVar[str] = "sm90"
     backend: Literal["sm90"] = "sm90"
@@ -84,9 +80,6 @@ class Sm90DecodeConfig(DecodeConfig):
                                "tiles, at least 2; fp8: fp8 tiles, converted into one 16-bit tile)")
     qk_chains: int = Field(default=1, ge=1, le=2, description="QK accumulators per math warpgroup: 2 splits the "
                            "k16 steps into two independent wgmma chains (even/odd), summed after")
-    lazy_rescale: bool = Field(default=False, description="online softmax: move a row's running maximum only when "
-                               "a tile's exceeds it by more than RESCALE_SLACK_LOG2 (P stays below 2^slack), and "
-                               "skip a warp's output rescale when none of its rows moved")
     schedule: Literal["lockstep", "seesaw"] = Field(
         default="lockstep", description="math warpgroup schedule: 'lockstep' (each tile's QK split by keys, both "
         "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
@@ -385,17 +378,10 @@ class Sm90DecodeConfig(DecodeConfig):
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()
 
-    @property
-    def rescale_slack_log2(self) -> float:
-        """How far (log2 units) a tile's row maximum may exceed the running one before the running
-        maximum moves and the output is rescaled: 0 (every increase) or, with lazy_rescale,
-        RESCALE_SLACK_LOG2 (P values stay below 2^slack: fine in bf16/fp16 and the fp32 sums)."""
-        return RESCALE_SLACK_LOG2 if self.lazy_rescale else 0.0
-
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
-                + (["f8slot"] if self.converts_in_slot else []) + (["lz"] if self.lazy_rescale else []))
+                + (["f8slot"] if self.converts_in_slot else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

@@ -36,6 +36,11 @@ ERR_PAGE = 2           # block_table[b][i] outside 0..num_pages - 1 for a page t
 MAX_SPLITS = 64  # chunks per sequence at most (sizes the fp32 workspace)
 LOG2E = 1.4426950408889634
 
+# ---- online softmax -------------------------------------------------------------------------------
+# lazy_rescale: a row's running maximum moves only when a tile's exceeds it by more than this (log2 units;
+# FA4's choice), so P < 2^8 (bf16/fp16 and the fp32 sums hold it) and most tiles skip the output rescale
+RESCALE_SLACK_LOG2 = 8.0
+
 
 def min_keys_per_split(block_n: int) -> int:
     """The planner never cuts a sequence into chunks shorter than this."""

@@ -195,6 +195,38 @@ def test_mla_fp8_sm90_lazy_rescale(staging, heads, s_q, lens):
     assert_matches(out, lse, want_o, want_l, tol=TOL, what="against the dequantized cache")
 
 
+@pytest.mark.parametrize("family,heads,d", [("mla_decode", 16, 576), ("gqa_decode", 4, 128)])
+def test_fp8_sm80_register_path_lazy_rescale(family, heads, d):
+    """lazy_rescale on the sm80 register path for per-tensor fp8 (P up to 2^8 in fp16), logits at a
+    scale of 0.3 (maxima moving by more and less than the slack), ragged lengths, a split sequence."""
+    import torch
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    arch = device_arch(0)
+    base = select_decode_config(family, arch, "bf16", 64, heads=heads, head_dim=d, s_q=1, backend="sm80",
+                                scale_mode="per_tensor", fp8_convert="registers")
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "lazy_rescale": True})
+    hkv = 1 if family == "mla_decode" else 2
+    c = make_fp8_case(family, "per_tensor", block=None, batch=len(LENS_RAGGED) + 1, s_q=1, hq=heads * hkv, hkv=hkv,
+                      d=d, page_size=64, lens=LENS_RAGGED + [9000], seed=heads + 9)
+    out, lse = _poisoned(c, family)
+    import kvforge
+
+    b = c.base
+    if family == "mla_decode":
+        kvforge.mla_decode(b.q, c.k, b.block_table, b.seqlens, kv_scale=c.k_scale, softmax_scale=0.3, out=out,
+                           lse=lse, config=cfg)
+    else:
+        kvforge.gqa_decode(b.q, c.k, c.v, b.block_table, b.seqlens, k_scale=c.k_scale, v_scale=c.v_scale,
+                           softmax_scale=0.3, out=out, lse=lse, config=cfg)
+    torch.cuda.synchronize()
+    want_o, want_l = reference(family, b.host, causal=False, k=c.deq_k, v=c.deq_v, scale=0.3)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what="against the dequantized cache")
+
+
 def test_mla_fp8_sm90_staging_follows_the_split_plan():
     """On sm_90 a per-tensor fp8 MLA launch that fills the GPU without cutting sequences runs the seesaw
     with the in-slot conversion, a split launch the lockstep with the producers' registers: chosen per

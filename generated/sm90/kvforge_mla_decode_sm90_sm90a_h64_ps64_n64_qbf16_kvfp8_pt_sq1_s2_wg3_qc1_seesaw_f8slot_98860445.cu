@@ -53,8 +53,6 @@ constexpr int kBoxBytes = 8192;
 constexpr int kTileTxBytes = 36864;
 constexpr int kStages = 2;
 constexpr int kQKChains = 1;
-constexpr bool kLazyRescale = false;
-constexpr float kRescaleSlack = 0.0f;  // log2 units (lazy_rescale)
 constexpr int kProducerRegs = 72;
 constexpr int kMathRegs = 216;
 constexpr int kCombineThreads = 256;
@@ -93,27 +91,6 @@ static_assert(kBN == 64 && kKeysPerWG * 2 == kBN && kColsPerWG * 2 == kDv && kCo
 static_assert(kDqk == kChunks * 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes, "chunks");
 static_assert(kBoxRows * kBoxesPerTile == kBN && (kFp8 || kTileTxBytes == kBoxesPerTile * kChunks * kBoxBytes), "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
-// The running row maximum after a tile whose maximum is `mx`: the larger of the two, or (lazy_rescale)
-// the old one until `mx` exceeds it by more than kRescaleSlack (P then stays below 2^kRescaleSlack).
-__device__ __forceinline__ float next_max(float m_old, float mx) {
-  if constexpr (kLazyRescale) return mx > m_old + kRescaleSlack ? mx : m_old;
-  return fmaxf(m_old, mx);
-}
-
-// The factor the output and sums are rescaled by when the maximum moves from m_old to m_new
-// (exactly 1 when it stays, which lazy_rescale relies on to skip the rescale).
-__device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
-  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2f(m_old - m_new);
-  return exp2f(m_old - m_new);
-}
-
-// Whether this warp's output must be rescaled by f (its two rows per thread): always, or
-// (lazy_rescale) only when some row of the warp has f != 1. Warp-uniform.
-__device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
-  if constexpr (kLazyRescale) return __any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f);
-  return true;
-}
-
 // full: one producer thread's expect-tx arrival, or (fp8 staged in registers) every producer thread's,
 // or (fp8 converted in its slot) every converter of the sub-stage
 static_assert(Ring::kFullArrivals == ((kThreads - kMathThreads) / kSubs) &&
@@ -220,6 +197,29 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+constexpr bool kLazyRescale = false;
+constexpr float kRescaleSlack = 0.0f;  // log2 units
+
+// The running row maximum after a tile whose maximum is `mx`: the larger of the two, or (lazy_rescale)
+// the old one until `mx` exceeds it by more than kRescaleSlack (P then stays below 2^kRescaleSlack).
+__device__ __forceinline__ float next_max(float m_old, float mx) {
+  if constexpr (kLazyRescale) return mx > m_old + kRescaleSlack ? mx : m_old;
+  return fmaxf(m_old, mx);
+}
+
+// The factor the output and sums are rescaled by when the maximum moves from m_old to m_new
+// (exactly 1 when it stays, which lazy_rescale relies on to skip the rescale).
+__device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
+  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2f(m_old - m_new);
+  return exp2f(m_old - m_new);
+}
+
+// Whether this warp's output must be rescaled by f (its two rows per thread): always, or
+// (lazy_rescale) only when some row of the warp has f != 1. Warp-uniform.
+__device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
+  if constexpr (kLazyRescale) return __any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f);
+  return true;
 }
 
 // Row r of the CTA's query tile is (query position r / kHeadsPerCTA, head head0 + r % kHeadsPerCTA).
