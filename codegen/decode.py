@@ -70,6 +70,10 @@ class DecodeConfig(BaseModel):
         "DeepSeek's packed 656-byte MLA token")
     scale_block_size: Literal[32, 64, 128] | None = None
     max_s_q: int = Field(default=1, ge=1, le=8)
+    lazy_rescale: bool = Field(default=False, description="online softmax (CUDA backends): move a row's running "
+                               "maximum only when a tile's exceeds it by more than policy.RESCALE_SLACK_LOG2 "
+                               "(P stays below 2^slack), and skip a warp's output rescale when none of its rows "
+                               "moved")
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -246,7 +250,14 @@ class DecodeConfig(BaseModel):
         ps page size, n keys per tile, q/kv dtypes, pt/sb/dsmla fp8 scales, d head dim, sq max s_q; then
         the backend's own (sm80: s stages, pr/co producer/consumer warps; sm90: s stages, wg
         warpgroups, qc QK accumulator chains; cdna: MFMA, threads)."""
-        return self._family_fields("ps") + self.backend_name_fields()
+        return self._family_fields("ps") + self.backend_name_fields() + (["lz"] if self.lazy_rescale else [])
+
+    @property
+    def rescale_slack_log2(self) -> float:
+        """How far (log2 units) a tile's row maximum may exceed the running one before the running
+        maximum moves and the output is rescaled: 0 (every increase) or, with lazy_rescale,
+        policy.RESCALE_SLACK_LOG2 (P values stay below 2^slack: fine in bf16/fp16 and the fp32 sums)."""
+        return policy.RESCALE_SLACK_LOG2 if self.lazy_rescale else 0.0
 
     def legacy_name_fields(self) -> list[str]:
         """The fields of names before kvforge 0.2 (page size as p16, ring as p4c4): still matched

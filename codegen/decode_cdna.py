@@ -43,6 +43,9 @@ class CdnaDecodeConfig(DecodeConfig):
         if self.kv_dtype != self.q_dtype:
             raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: the cdna backend reads {self.q_dtype} KV "
                              "(fp8 KV on cdna has not landed)")
+        if self.lazy_rescale:
+            raise ValueError(f"{where}.lazy_rescale=True: the cdna backend rescales every tile (its templates do "
+                             "not implement the lazy rescale); remove it")
         m = self.mfma
         if self.heads_per_cta * self.max_s_q > m.m:
             raise ValueError(f"{where}.heads_per_cta={self.heads_per_cta}: heads_per_cta * max_s_q = "

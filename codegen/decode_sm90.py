@@ -35,6 +35,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from . import policy
 from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
 from .smem import SmemLayout, SmemLayoutBuilder
@@ -84,6 +85,9 @@ class Sm90DecodeConfig(DecodeConfig):
         default="lockstep", description="math warpgroup schedule: 'lockstep' (each tile's QK split by keys, both "
         "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
         "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does)")
+
+    lazy_rescale: bool = Field(default=policy.SM90_LAZY_RESCALE, description="DecodeConfig.lazy_rescale, on by "
+                               "default here (policy.SM90_LAZY_RESCALE has the measurement)")
 
     fp8_staging: Literal["fp8_ring", "registers", "slot"] = Field(
         default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "

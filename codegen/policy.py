@@ -36,6 +36,17 @@ ERR_PAGE = 2           # block_table[b][i] outside 0..num_pages - 1 for a page t
 MAX_SPLITS = 64  # chunks per sequence at most (sizes the fp32 workspace)
 LOG2E = 1.4426950408889634
 
+# ---- online softmax -------------------------------------------------------------------------------
+# lazy_rescale: a row's running maximum moves only when a tile's exceeds it by more than this (log2 units;
+# FA4's choice), so P < 2^8 (bf16/fp16 and the fp32 sums hold it) and most tiles skip the output rescale
+RESCALE_SLACK_LOG2 = 8.0
+# ... and which backends take it by default (bench/lazy_rescale_ab.py, H200, graph replays, 2 rounds, eager
+# time / lazy time): the sm90 MLA kernel, whose output rescale sits on the seesaw's hand-off chain, gains
+# 1.02-1.06x (16-bit h=64 1.062, h=128 1.041, s_q=2 1.047; per-tensor fp8 1.02-1.05; split b=1/b=32
+# 1.00-1.03); the sm80 kernel gains nothing and the issue-bound 16-row fp8 kernel loses (h=16 per-tensor
+# 0.948, GQA b=1 fp8 0.983; the vote costs more than the skipped multiplies there)
+SM90_LAZY_RESCALE = True
+
 
 def min_keys_per_split(block_n: int) -> int:
     """The planner never cuts a sequence into chunks shorter than this."""

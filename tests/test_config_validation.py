@@ -157,6 +157,7 @@ INVALID = [
      ["block_n=16", "8 producer warps", "passes of 4", "multiple of 32"]),
     (DecodeConfig, dict(CDNA, pipeline=PIPE), ["pipeline", "set kv_buffers"]),
     (DecodeConfig, dict(CDNA, kv_buffers=None), ["kv_buffers", "required for backend 'cdna'"]),
+    (DecodeConfig, dict(CDNA, lazy_rescale=True), ["lazy_rescale=True", "cdna", "remove it"]),
     (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
     (DecodeConfig, dict(GQA, kv_buffers=(KBUF, VBUF)), ["kv_buffers", "only the cdna backend"]),
     (DecodeConfig, dict(MLA, softmax="exp2"), ["DecodeConfig.softmax", "Extra inputs"]),

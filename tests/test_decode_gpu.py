@@ -122,6 +122,61 @@ def test_mla_sm90_seesaw_schedule(s_q, heads, page_size, lens, chains):
     _check("mla_decode", case, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
+@pytest.mark.parametrize("scale", [None, 0.3, 1.0])
+@pytest.mark.parametrize("s_q,heads,lens", [(1, 64, [0, 1, 333, 4100]), (2, 32, [9000])])
+def test_mla_sm90_lazy_rescale(lazy, schedule, scale, s_q, heads, lens):
+    """lazy_rescale (the sm90 default: a row's running maximum moves only when a tile's exceeds it by
+    more than 2^8, and a warp skips its output rescale when none of its rows moved) and the eager
+    rescale it replaced, on both sm90 schedules: the default softmax scale and logits of std ~7 and
+    ~24 (maxima moving by less and by more than the slack), lengths 0/1, partial tiles, a split
+    sequence with causal s_q = 2."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, s_q).model_dump(mode="json"),
+                               "schedule": schedule, "lazy_rescale": lazy})
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=64, lens=lens,
+                     seed=s_q + heads + 5)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, softmax_scale=scale,
+                       out=out, lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1, scale=scale)
+
+
+@pytest.mark.parametrize("family,heads,d", [("mla_decode", 16, 576), ("gqa_decode", 4, 128)])
+@pytest.mark.parametrize("scale", [None, 0.3, 1.0])
+def test_sm80_lazy_rescale(family, heads, d, scale):
+    """lazy_rescale on the sm80 kernel (the built-in tiling for the shape, pinned): the default
+    softmax scale and larger logits, ragged lengths with 0 and 1, a split sequence, s_q = 2 causal."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    base = select_decode_config(family, device_arch(0), "bf16", 64, heads=heads, head_dim=d, s_q=2, backend="sm80")
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "lazy_rescale": True})
+    hkv = 1 if family == "mla_decode" else 2
+    case = make_case(family, batch=4, s_q=2, hq=heads * hkv, hkv=hkv, d=d, page_size=64, lens=[1, 0, 777, 9000],
+                     seed=heads + 3)
+    out, lse = _poisoned(case, family)
+    import kvforge
+
+    if family == "mla_decode":
+        kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=True, softmax_scale=scale,
+                           out=out, lse=lse, config=cfg)
+    else:
+        kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True,
+                           softmax_scale=scale, out=out, lse=lse, config=cfg)
+    _check(family, case, out, lse, causal=True, scale=scale)
+
+
 def test_mla_sm90_schedule_follows_the_split_plan():
     """On sm_90 the built-in 16-bit MLA variant runs the seesaw where the grid fills the GPU without
     cutting sequences and the lockstep where the plan splits them: the functions choose per call's

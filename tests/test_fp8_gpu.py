@@ -63,13 +63,13 @@ def make_fp8_case(family, layout, *, block=None, scale_as="tensor", **kw) -> Fp8
     return Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
 
 
-def _run(family, c: Fp8Case, *, causal=False, out=None, lse=None, config=None):
+def _run(family, c: Fp8Case, *, causal=False, out=None, lse=None, config=None, scale=None):
     import kvforge
 
     b = c.base
     if family == "mla_decode":
         return kvforge.mla_decode(b.q, c.k, b.block_table, b.seqlens, causal=causal, kv_scale=c.k_scale, out=out,
-                                  lse=lse, config=config)
+                                  lse=lse, config=config, softmax_scale=scale)
     return kvforge.gqa_decode(b.q, c.k, c.v, b.block_table, b.seqlens, causal=causal, k_scale=c.k_scale,
                               v_scale=c.v_scale, out=out, lse=lse, config=config)
 
@@ -165,6 +165,67 @@ def test_mla_fp8_sm90_each_staging(staging, layout, block, heads, s_q, page_size
     out, lse = _poisoned(c, "mla_decode")
     _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
     _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("staging", ["registers", "slot"])
+@pytest.mark.parametrize("heads,s_q,lens", [(64, 1, LENS_RAGGED), (128, 1, [9000])])
+def test_mla_fp8_sm90_lazy_rescale(lazy, staging, heads, s_q, lens):
+    """lazy_rescale (the sm90 default) and the eager rescale on the per-tensor fp8 sm90 kernels (the
+    lockstep with the producers' registers, the seesaw with the in-slot conversion): P up to 2^8 in fp16,
+    a logit scale of 0.3 so maxima move by more and less than the slack (sm_90 only)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    import torch
+
+    kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
+    base = sm90_choice("mla_decode", "bf16", 64, s_q, kv, fp8_staging=staging)
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "lazy_rescale": lazy})
+    c = make_fp8_case("mla_decode", "per_tensor", block=None, batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=64, lens=lens, seed=heads + 7)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg, scale=0.3)
+    torch.cuda.synchronize()
+    # against the dequantized cache only: at 7x the default logits the quantization error itself grows
+    want_o, want_l = reference("mla_decode", c.base.host, causal=s_q > 1, k=c.deq_k, v=c.deq_v, scale=0.3)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what="against the dequantized cache")
+
+
+@pytest.mark.parametrize("family,heads,d", [("mla_decode", 16, 576), ("gqa_decode", 4, 128)])
+def test_fp8_sm80_register_path_lazy_rescale(family, heads, d):
+    """lazy_rescale on the sm80 register path for per-tensor fp8 (P up to 2^8 in fp16), logits at a
+    scale of 0.3 (maxima moving by more and less than the slack), ragged lengths, a split sequence."""
+    import torch
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    arch = device_arch(0)
+    base = select_decode_config(family, arch, "bf16", 64, heads=heads, head_dim=d, s_q=1, backend="sm80",
+                                scale_mode="per_tensor", fp8_convert="registers")
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "lazy_rescale": True})
+    hkv = 1 if family == "mla_decode" else 2
+    c = make_fp8_case(family, "per_tensor", block=None, batch=len(LENS_RAGGED) + 1, s_q=1, hq=heads * hkv, hkv=hkv,
+                      d=d, page_size=64, lens=LENS_RAGGED + [9000], seed=heads + 9)
+    out, lse = _poisoned(c, family)
+    import kvforge
+
+    b = c.base
+    if family == "mla_decode":
+        kvforge.mla_decode(b.q, c.k, b.block_table, b.seqlens, kv_scale=c.k_scale, softmax_scale=0.3, out=out,
+                           lse=lse, config=cfg)
+    else:
+        kvforge.gqa_decode(b.q, c.k, c.v, b.block_table, b.seqlens, k_scale=c.k_scale, v_scale=c.v_scale,
+                           softmax_scale=0.3, out=out, lse=lse, config=cfg)
+    torch.cuda.synchronize()
+    want_o, want_l = reference(family, b.host, causal=False, k=c.deq_k, v=c.deq_v, scale=0.3)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what="against the dequantized cache")
 
 
 def test_mla_fp8_sm90_staging_follows_the_split_plan():

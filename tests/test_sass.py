@@ -163,6 +163,72 @@ def test_ptxas_does_not_serialise_the_sm90_wgmma_pipeline(variant):
     assert not serialised, "\n".join(serialised)
 
 
+def _lazy_rescale_representatives():
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+
+    picks = {}
+    for v in sorted(ALL_SM90, key=lambda v: v.name):
+        key = (v.config.schedule, v.config.is_fp8)
+        if key not in picks:
+            picks[key] = Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"), "lazy_rescale": True}))
+    return list(picks.values())
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", _lazy_rescale_representatives(), ids=lambda v: v.name)
+def test_lazy_rescale_keeps_the_wgmma_pipeline(variant, tmp_path):
+    """lazy_rescale puts each warp's output rescale under a warp vote: the same wgmmas and waits as
+    without it, no serialisation, no new local memory, and the vote in the SASS."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    eager = Variant(build(DecodeConfig, {**variant.config.model_dump(mode="json"), "lazy_rescale": False}))
+    assert variant.name.split("_")[-2] == "lz" and "_lz_" not in eager.name
+    lazy_k, eager_k = compile(variant), compile(eager)
+    assert not [ln for ln in lazy_k.log.splitlines() if "serialized" in ln or "C7517" in ln]
+    lazy_s = sass_functions(lazy_k.cubin, tmp_path)[variant.name]
+    eager_s = sass_functions(eager_k.cubin, tmp_path)[eager.name]
+    for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR"):
+        assert len(re.findall(op, lazy_s)) == len(re.findall(op, eager_s)), op
+    assert re.search(r"\bVOTE\.ANY\b", lazy_s), "no warp vote around the rescale"
+    assert (lazy_k.resources.spill_store_bytes, lazy_k.resources.spill_load_bytes) == (
+        eager_k.resources.spill_store_bytes, eager_k.resources.spill_load_bytes)
+
+
+def _sm80_lazy_representatives():
+    picks = {}
+    for v in sorted(load_matrix(), key=lambda v: v.name):
+        c = v.config
+        if v.backend == "sm80" and v.arch == "sm_90" and v.language == "cuda" and getattr(c, "family", None) in ("mla_decode", "gqa_decode"):
+            key = (c.family, c.is_fp8 and c.fp8_registers)
+            picks.setdefault(key, v)
+    return list(picks.values())
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", _sm80_lazy_representatives(), ids=lambda v: v.name)
+def test_sm80_lazy_rescale_votes_without_local_memory(variant, tmp_path):
+    """lazy_rescale on the sm80 kernel: the output rescale under a warp vote, the same mma count,
+    no local memory."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    lazy = Variant(build(DecodeConfig, {**variant.config.model_dump(mode="json"), "lazy_rescale": True}))
+    lazy_k, eager_k = compile(lazy), compile(variant)
+    lazy_s = sass_functions(lazy_k.cubin, tmp_path)[lazy.name]
+    eager_s = sass_functions(eager_k.cubin, tmp_path)[variant.name]
+    assert len(re.findall(r"\bHMMA\b", lazy_s)) == len(re.findall(r"\bHMMA\b", eager_s))
+    assert re.search(r"\bVOTE\.ANY\b", lazy_s), "no warp vote around the rescale"
+    assert not re.findall(r"\b(?:LDL|STL)\b", lazy_s), "local memory"
+    assert lazy_k.resources.spill_store_bytes == lazy_k.resources.spill_load_bytes == 0
+
+
 ALL_FP8 = [v for v in sorted(load_matrix(), key=lambda v: v.name)
            if getattr(v.config, "is_fp8", False) and v.language == "cuda"]
 
