@@ -21,7 +21,10 @@ from kvforge.codegen.select import preferred_backend, sm90_choice  # noqa: E402
 
 SWEEP = [Shape("mla_decode", b, s_k, h) for b, s_k, h in (
     (1, 32768, 128), (1, 131072, 128), (2, 16384, 128), (4, 8192, 128), (4, 32768, 128), (8, 4096, 128),
-    (16, 4096, 128), (16, 8192, 128), (1, 32768, 64), (4, 16384, 64), (16, 8192, 64), (32, 4096, 64))]
+    (16, 4096, 128), (16, 8192, 128), (1, 32768, 64), (4, 16384, 64), (16, 8192, 64), (32, 4096, 64),
+    # two splits per sequence (batch x head blocks in 34..66 CTAs on 132 SMs): long chunks, where the seesaw
+    # may pay even though the launch splits sequences
+    (24, 4096, 128), (32, 2048, 128), (32, 8192, 128), (48, 4096, 64), (64, 2048, 64), (40, 8192, 64))]
 
 
 def variants(sh):
