@@ -47,6 +47,13 @@ RESCALE_SLACK_LOG2 = 8.0
 # 0.948, GQA b=1 fp8 0.983; the vote costs more than the skipped multiplies there)
 SM90_LAZY_RESCALE = True
 
+# ---- the sm90 MLA kernel's schedule --------------------------------------------------------------
+# The seesaw (tiles in pairs, one math warpgroup's wgmmas under the other's softmax) where the split plan
+# cuts each sequence into at most this many chunks, the lockstep beyond (codegen/select.py::sm90_schedule):
+# the seesaw needs long chunks (it loses 7-11% at 16 tiles per CTA, wins 2-6% from 32), and the plan's
+# chunk count is what the host knows of their length (shapes only).
+SEESAW_MAX_SPLITS = 1
+
 
 def min_keys_per_split(block_n: int) -> int:
     """The planner never cuts a sequence into chunks shorter than this."""

@@ -309,25 +309,33 @@ SM90_FP8_STAGING = "registers"
 SM90_FP8_SLOT_LAYOUTS = ("per_tensor",)
 
 
-def sm90_fp8_staging(scale_mode: str, sequences_split: bool) -> tuple[str, str]:
-    """(fp8_staging, schedule) of the sm90 MLA kernel for an fp8 cache in `scale_mode`: 'slot' under the
-    seesaw where the launch does not split sequences and the layout has a slot conversion (per-tensor),
-    SM90_FP8_STAGING under the lockstep otherwise."""
-    if scale_mode in SM90_FP8_SLOT_LAYOUTS and sm90_schedule(sequences_split) == "seesaw":
+def sm90_fp8_staging(scale_mode: str, splits: int | None) -> tuple[str, str]:
+    """(fp8_staging, schedule) of the sm90 MLA kernel for an fp8 cache in `scale_mode` on a launch whose
+    plan cuts each sequence into `splits` chunks (None: unknown): 'slot' under the seesaw where
+    `sm90_schedule` takes it and the layout has a slot conversion (per-tensor), SM90_FP8_STAGING under
+    the lockstep otherwise."""
+    if scale_mode in SM90_FP8_SLOT_LAYOUTS and sm90_schedule(splits) == "seesaw":
         return "slot", "seesaw"
     return SM90_FP8_STAGING, "lockstep"
 
 
-def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
-    """Whether the split planner cuts this launch's sequences on the sm90 MLA kernel (64 query rows,
-    one CTA per SM): fewer (sequence, head block) CTAs than fill the GPU. Shapes only, like the plan."""
+def sm90_splits(batch: int, heads: int, s_q: int, num_sms: int) -> int:
+    """Chunks the split planner cuts each of this launch's sequences into on the sm90 MLA kernel (64
+    query rows, one CTA per SM): more than 1 where fewer (sequence, head block) CTAs than fill the GPU.
+    Shapes only, like the plan (the device plan gives short sequences fewer)."""
     blocks = -(-heads // (64 // s_q))
-    return policy.num_splits(batch * blocks, 1, num_sms) > 1
+    return policy.num_splits(batch * blocks, 1, num_sms)
 
 
-def sm90_schedule(sequences_split: bool) -> str:
-    """The sm90 MLA kernel's math schedule for 16-bit KV: 'seesaw' where the grid fills the GPU
-    without cutting sequences, 'lockstep' where the planner splits them. Measured (bench/
+def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
+    """Whether the split planner cuts this launch's sequences on the sm90 MLA kernel."""
+    return sm90_splits(batch, heads, s_q, num_sms) > 1
+
+
+def sm90_schedule(splits: int | None) -> str:
+    """The sm90 MLA kernel's math schedule for 16-bit KV on a launch whose plan cuts each sequence
+    into `splits` chunks (None: unknown, taken as many): 'seesaw' up to policy.SEESAW_MAX_SPLITS
+    (1: where the grid fills the GPU without cutting sequences), 'lockstep' beyond. Measured (bench/
     schedule_ab.py, H200, graph replays, both pinned; lockstep time / seesaw time): unsplit, the
     seesaw is 1.00-1.06x at every length tried (b=66..256, s_k=512..4096, 64 and 128 heads, s_q=2)
     and 1.02-1.09x at b=128 s_k=4096; split, it loses 2-10% where each CTA's chunk is short (4-16
@@ -337,14 +345,14 @@ def sm90_schedule(sequences_split: bool) -> str:
     lost ~10 us in the bigger binary's first pass: bench/RESULTS.md.) Re-measured with the seesaw's
     second warpgroup taking its QK first (fourteenth session): long split chunks 1.02-1.06x, short ones
     still 0.89-0.93x, so the rule stands."""
-    return "lockstep" if sequences_split else "seesaw"
+    return "seesaw" if splits is not None and splits <= policy.SEESAW_MAX_SPLITS else "lockstep"
 
 
 def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None,
-                sequences_split: bool = True, fp8_staging: str | None = None) -> DecodeConfig:
+                splits: int | None = None, fp8_staging: str | None = None) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
-    schedule (the seesaw when the launch does not split sequences). fp8 caches (`kv`: kv_dtype,
+    schedule from the launch's `splits` per sequence (None: unknown). fp8 caches (`kv`: kv_dtype,
     scale_mode, scale_block_size) get `fp8_staging` and its schedule (default `sm90_fp8_staging`: the
     seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
     'slot' takes the seesaw, any other staging the lockstep) and the deepest ring that fits."""
@@ -352,9 +360,9 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
     if kv is None:
-        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(sequences_split)})
+        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits)})
     if fp8_staging is None:
-        fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], sequences_split)
+        fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], splits)
     else:
         schedule = "seesaw" if fp8_staging == "slot" else "lockstep"
     err = None
@@ -367,22 +375,32 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     raise err
 
 
-@lru_cache(maxsize=None)
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None, scale_mode: str = "none",
                          scale_block_size: int | None = None, fp8_convert: str | None = None,
-                         kv_load: str | None = None, sequences_split: bool = True) -> DecodeConfig:
+                         kv_load: str | None = None, splits: int | None = None) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
     (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
     'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
     `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
     `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
-    fill the ring (default: `kv_load_choice`). `sequences_split`: whether the launch's split plan
-    cuts sequences (`sm90_sequences_split`; unknown counts as yes), which picks the sm90 schedule.
+    fill the ring (default: `kv_load_choice`). `splits`: chunks the launch's split plan cuts each
+    sequence into (`sm90_splits`; None: unknown), which picks the sm90 schedule; counts past
+    policy.SEESAW_MAX_SPLITS choose alike and share one cached choice.
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
+    if splits is not None:
+        splits = min(max(splits, 1), policy.SEESAW_MAX_SPLITS + 1)
+    return _select_decode_config(family, arch, dtype, page_size, heads, head_dim, s_q, backend, scale_mode,
+                                 scale_block_size, fp8_convert, kv_load, splits)
+
+
+@lru_cache(maxsize=None)
+def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
+                          backend: str | None, scale_mode: str, scale_block_size: int | None,
+                          fp8_convert: str | None, kv_load: str | None, splits: int | None) -> DecodeConfig:
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
@@ -391,7 +409,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
-        return sm90_choice(family, dtype, page_size, s_q, kv, sequences_split)
+        return sm90_choice(family, dtype, page_size, s_q, kv, splits)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

@@ -48,8 +48,8 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
                   device_id: int, kv: KVFormat | None = None, batch: int | None = None) -> DecodeConfig:
     """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm).
     `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
-    (None: unknown), which tells whether the split plan cuts them (the sm90 MLA schedule)."""
-    from .select import select_cdna_config, select_decode_config, sm90_sequences_split
+    (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule)."""
+    from .select import select_cdna_config, select_decode_config, sm90_splits
 
     if _on_rocm():
         from .hip_launch import rocm_arch
@@ -67,21 +67,21 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     if fp8 and arch not in FP8_ARCHS:
         raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
                          f"{arch} (use a bf16/fp16 cache)")
-    split = batch is None or sm90_sequences_split(batch, heads, s_q, sm_count(device_id))
+    splits = None if batch is None else sm90_splits(batch, heads, s_q, sm_count(device_id))
     return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
                                 backend=_BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
-                                scale_block_size=kv.scale_block_size if fp8 else None, sequences_split=split)
+                                scale_block_size=kv.scale_block_size if fp8 else None, splits=splits)
 
 
-def _batch_per_split_flag(heads: int, s_q: int, max_batch: int, device_id: int) -> list[int]:
-    """The first batch in 1 .. max_batch of each answer to 'does the split plan cut the sequences'
+def _batch_per_schedule(heads: int, s_q: int, max_batch: int, device_id: int) -> list[int]:
+    """The first batch in 1 .. max_batch of each sm90 schedule the split plan's chunk count picks
     (what select_config's choice depends on the batch through)."""
-    from .select import sm90_sequences_split
+    from .select import sm90_schedule, sm90_splits
 
     sms = 0 if _on_rocm() else sm_count(device_id)
-    first: dict[bool, int] = {}
+    first: dict[str, int] = {}
     for batch in range(1, max_batch + 1):
-        first.setdefault(sms > 0 and sm90_sequences_split(batch, heads, s_q, sms), batch)
+        first.setdefault(sm90_schedule(sm90_splits(batch, heads, s_q, sms)) if sms > 0 else "", batch)
         if len(first) == 2:
             break
     return sorted(first.values())
@@ -504,13 +504,13 @@ class _DecodeObject:
             _check_config(config, self._shape)
         self.config = config  # the variant at max_batch
         self.plan = plan_for(config, self.device_id)
-        # Smaller batches may take another variant (the sm90 MLA kernel's schedule depends on whether
-        # the split plan cuts sequences, which is not monotonic in the batch: a grid just past a full
-        # wave is split to even out its waves): every variant a batch of 1 .. max_batch takes is
+        # Smaller batches may take another variant (the sm90 MLA kernel's schedule depends on how many
+        # chunks the split plan cuts sequences into, which is not monotonic in the batch: a grid just past a
+        # full wave is split to even out its waves): every variant a batch of 1 .. max_batch takes is
         # compiled and loaded here, so that run() never compiles.
         self._plans = {config: self.plan}
         if not self._pinned:
-            for batch in _batch_per_split_flag(group, s_q, max_batch, self.device_id):
+            for batch in _batch_per_schedule(group, s_q, max_batch, self.device_id):
                 cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, batch)
                 if cfg not in self._plans:
                     self._plans[cfg] = plan_for(cfg, self.device_id)

@@ -219,3 +219,35 @@ def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypat
     loaded.clear()
     pinned = kvforge.MLADecode(128, 64, "bf16", max_batch=64, config=dec.config)
     assert loaded == ["seesaw"] and pinned.plan_for_batch(1).config.schedule == "seesaw"
+
+
+def test_mla_plan_object_follows_the_seesaw_split_limit(monkeypatch):
+    """With policy.SEESAW_MAX_SPLITS = 2 (two-chunk launches take the seesaw), a plan object loads both
+    schedules for max_batch 30 (128 heads on 132 SMs: 23..33 sequences are cut in two, 17..22 in three)
+    and picks per run's batch. (The device is faked: arch, SM count and plan loading.)"""
+    import kvforge
+    from kvforge.codegen import policy, select
+    from kvforge.runtime import decode
+
+    loaded = []
+
+    class FakePlan:
+        num_sms = 132
+
+        def __init__(self, config):
+            self.config = config
+            loaded.append(config.schedule)
+
+    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
+    monkeypatch.setattr(decode, "device_arch", lambda device_id=0: "sm_90")
+    monkeypatch.setattr(decode, "sm_count", lambda device_id=0: 132)
+    monkeypatch.setattr(decode, "plan_for", lambda cfg, device_id: FakePlan(cfg))
+    select._select_decode_config.cache_clear()
+    monkeypatch.setattr(policy, "SEESAW_MAX_SPLITS", 2)
+    try:
+        dec = kvforge.MLADecode(128, 64, "bf16", max_batch=30)
+        assert sorted(loaded) == ["lockstep", "seesaw"] and dec.config.schedule == "seesaw"
+        picked = {b: dec.plan_for_batch(b).config.schedule for b in (1, 22, 23, 30)}
+        assert picked == {1: "lockstep", 22: "lockstep", 23: "seesaw", 30: "seesaw"} and len(loaded) == 2
+    finally:
+        select._select_decode_config.cache_clear()

@@ -45,7 +45,7 @@ def test_sm90_fp8_per_tensor_choices_are_pregenerated(page, split):
     """Both sm90 per-tensor fp8 choices (lockstep + registers where the plan splits, seesaw + slot where
     it does not) are in the default matrix, so vendored users get the kernels the runtime runs."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", page, heads=64, head_dim=576, s_q=1,
-                               scale_mode="per_tensor", sequences_split=split)
+                               scale_mode="per_tensor", splits=2 if split else 1)
     assert cfg.fp8_staging == ("registers" if split else "slot") and Variant(cfg).name in DEFAULT_NAMES
 
 
@@ -104,7 +104,7 @@ def test_backend_sm90_where_it_has_no_kernels_and_unknown_backends_are_rejected(
 def test_the_common_sm90_choices_are_pregenerated(dtype, page, s_q):
     for split in (True, False):
         cfg = select_decode_config("mla_decode", "sm_90", dtype, page, heads=128, head_dim=576, s_q=s_q,
-                                   sequences_split=split)
+                                   splits=2 if split else 1)
         assert cfg.backend == "sm90" and Variant(cfg).name in DEFAULT_NAMES
 
 
@@ -350,24 +350,27 @@ def test_block_scales_take_v_by_cvt_with_normalized_scales_or_by_bit_moves(v_con
 
 
 def test_sm90_schedule_rule():
-    """16-bit MLA on sm_90: the seesaw where the grid fills the GPU without cutting sequences, the
-    lockstep where the split plan cuts them (or the batch is unknown); per-tensor fp8 caches the seesaw
-    with the in-slot conversion where 16-bit ones take the seesaw, every other fp8 launch the lockstep
-    with the fp8 tiles staged in the producers' registers."""
-    from kvforge.codegen import select
+    """16-bit MLA on sm_90: the seesaw where the split plan cuts each sequence into at most
+    policy.SEESAW_MAX_SPLITS chunks (1: the grid fills the GPU without cutting them), the lockstep beyond
+    (or where the batch is unknown); per-tensor fp8 caches the seesaw with the in-slot conversion where
+    16-bit ones take the seesaw, every other fp8 launch the lockstep with the fp8 tiles staged in the
+    producers' registers."""
+    from kvforge.codegen import policy, select
 
-    assert select.sm90_schedule(False) == "seesaw" and select.sm90_schedule(True) == "lockstep"
+    assert policy.SEESAW_MAX_SPLITS == 1
+    assert select.sm90_schedule(1) == "seesaw" and select.sm90_schedule(2) == "lockstep"
+    assert select.sm90_schedule(None) == "lockstep" and select.sm90_schedule(64) == "lockstep"
     assert sm90_choice_schedule(128) == "lockstep"  # no batch: counted as split
-    assert sm90_choice_schedule(128, sequences_split=False) == "seesaw"
+    assert sm90_choice_schedule(128, splits=1) == "seesaw" and sm90_choice_schedule(128, splits=3) == "lockstep"
     per_tensor = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor"}
     for split, layout, block, want in ((False, "per_tensor", None, ("seesaw", "slot")),
                                        (True, "per_tensor", None, ("lockstep", "registers")),
                                        (False, "block", 128, ("lockstep", "registers")),
                                        (False, "fp8_ds_mla", None, ("lockstep", "registers"))):
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block}
-        cfg = select.sm90_choice("mla_decode", "bf16", 64, 1, kv=kv, sequences_split=split)
+        cfg = select.sm90_choice("mla_decode", "bf16", 64, 1, kv=kv, splits=2 if split else 1)
         assert (cfg.schedule, cfg.fp8_staging) == want, (split, layout)
-    slot = select.sm90_choice("mla_decode", "bf16", 16, 1, kv=per_tensor, sequences_split=False)
+    slot = select.sm90_choice("mla_decode", "bf16", 16, 1, kv=per_tensor, splits=1)
     assert slot.full_arrivals == 64 and slot.landed_barriers == 4 and slot.producer_regs + 2 * slot.math_regs <= 504
     assert [a.name for a in Variant(slot).contracts["main"].args][-1] == "kv_map"  # the fp8 boxes come by TMA
     assert [(s["first_chunk"], s["chunks"], s["boxes"], s["box_chunk"], s["col0"]) for s in slot.slot_subs] == [
@@ -377,6 +380,21 @@ def test_sm90_schedule_rule():
     assert not select.sm90_sequences_split(34, 128, 1, 132) and select.sm90_sequences_split(33, 128, 1, 132)
     assert not select.sm90_sequences_split(67, 64, 1, 132) and select.sm90_sequences_split(66, 64, 1, 132)
     assert not select.sm90_sequences_split(67, 32, 2, 132) and select.sm90_sequences_split(1, 128, 1, 132)
+    assert [select.sm90_splits(b, 128, 1, 132) for b in (1, 16, 17, 22, 23, 33, 34)] == [64, 4, 3, 3, 2, 2, 1]
+
+
+def test_the_seesaw_split_limit_moves_the_choice(monkeypatch):
+    """policy.SEESAW_MAX_SPLITS is the one place the rule's limit lives: raised to 2, the two-chunk
+    launches (128 heads: 23..33 sequences on 132 SMs) take the seesaw and three chunks keep the lockstep."""
+    from kvforge.codegen import policy, select
+
+    select._select_decode_config.cache_clear()
+    monkeypatch.setattr(policy, "SEESAW_MAX_SPLITS", 2)
+    try:
+        got = {b: sm90_choice_schedule(128, splits=select.sm90_splits(b, 128, 1, 132)) for b in (1, 22, 23, 33, 34)}
+        assert got == {1: "lockstep", 22: "lockstep", 23: "seesaw", 33: "seesaw", 34: "seesaw"}
+    finally:
+        select._select_decode_config.cache_clear()
 
 
 def sm90_choice_schedule(heads, **kw):
@@ -385,15 +403,16 @@ def sm90_choice_schedule(heads, **kw):
 
 @pytest.mark.parametrize("heads,s_q", [(17, 1), (32, 2), (64, 1), (100, 1), (128, 1), (64, 2), (16, 4), (128, 8)])
 def test_the_schedule_rule_predicts_the_split_plan_of_the_variant_it_picks(heads, s_q):
-    """sm90_sequences_split restates the plan's formula (policy.num_splits over batch x head blocks at
-    the sm90 CTA's occupancy); it must agree with what the chosen variant's plan computes."""
+    """sm90_splits (and sm90_sequences_split) restate the plan's formula (policy.num_splits over batch x
+    head blocks at the sm90 CTA's occupancy); they must agree with what the chosen variant's plan computes."""
     from kvforge.codegen import policy
-    from kvforge.codegen.select import sm90_sequences_split
+    from kvforge.codegen.select import sm90_sequences_split, sm90_splits
 
     for sms in (78, 114, 132):
         for batch in (1, 2, 7, 16, 33, 34, 66, 67, 128, 300):
             split = sm90_sequences_split(batch, heads, s_q, sms)
+            splits = sm90_splits(batch, heads, s_q, sms)
             cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
-                                       sequences_split=split)
+                                       splits=splits)
             plan_splits = policy.num_splits(batch * cfg.head_blocks(heads, 1), cfg.ctas_per_sm, sms)
-            assert split == (plan_splits > 1), (sms, batch, cfg.schedule)
+            assert split == (plan_splits > 1) and splits == plan_splits, (sms, batch, cfg.schedule)
