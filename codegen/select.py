@@ -180,34 +180,47 @@ def kv_load_choice(family: str, arch: str, head_dim: int, fp8: bool, scale_mode:
 def _sm80_search(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
                  s_q: int, explicit: dict | None, kv: dict | None = None
                  ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
-    """`_sm80_search_path`; where the load-and-convert ring was preferred over the register path by
-    FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC alone (not asked for) and fits nowhere, the register path."""
-    found = _sm80_search_path(family, arch, dtype, page_size, hpc, head_dims, s_q, explicit, kv)
-    scale_mode = (kv or {}).get("scale_mode", "none")
-    if (found[0] is None and kv and "fp8_convert" not in (explicit or {}) and found[2].get("convert") is not None
-            and fp8_convert_path(family, scale_mode, hpc * s_q) == "registers"):
-        retry = _sm80_search_path(family, arch, dtype, page_size, hpc, head_dims, s_q,
-                                  {**(explicit or {}), "fp8_convert": "registers"}, kv)
-        if retry[0] is not None:
-            return retry
-    return found
+    """(the first candidate that validates and reaches the wanted CTAs per SM or None, the last
+    rejection, the first candidate's data). `kv` holds the fp8 fields (kv_dtype, scale_mode,
+    scale_block_size) for an fp8 cache, whose dequantization paths (`_fp8_paths`) are tried in
+    order; when none fits, the first path's rejection."""
+    tried = []
+    for path in _fp8_paths(family, arch, head_dims[0], hpc, s_q, kv, explicit or {}):
+        found = _sm80_search_path(family, arch, dtype, page_size, hpc, head_dims, s_q, explicit, kv, path)
+        if found[0] is not None:
+            return found
+        tried.append(found)
+    return tried[0]
+
+
+def _fp8_paths(family: str, arch: str, head_dim: int, hpc: int, s_q: int, kv: dict | None,
+               explicit: dict) -> tuple[str | None, ...]:
+    """The sm80 kernel's ways to dequantize the cache, in the order the search tries them: (None,)
+    for a 16-bit cache; the one asked for (`fp8_convert`, or 'ring' where `convert` fields are
+    given); else `fp8_convert_path`'s choice, then the register path where that choice is the ring
+    only because the register path's rows would arrive by 16-byte cp.async
+    (FP8_REGISTER_MLA_MIN_SPAN_CP_ASYNC; the ring may fit nowhere: sm_89)."""
+    if not kv or kv.get("kv_dtype") != "fp8_e4m3":
+        return (None,)
+    if "fp8_convert" in explicit or "convert" in explicit:
+        return (explicit.get("fp8_convert", "ring"),)
+    mode, rows = kv.get("scale_mode", "none"), hpc * s_q
+    register_rows = explicit.get("kv_load") or kv_load_choice(family, arch, head_dim, True, mode, "registers", hpc)
+    chosen = fp8_convert_path(family, mode, rows, kv.get("scale_block_size"), register_rows == "bulk")
+    either_rows = fp8_convert_path(family, mode, rows)
+    return (chosen,) if either_rows == chosen else (chosen, either_rows)
 
 
 def _sm80_search_path(family: str, arch: str, dtype: str, page_size: int, hpc: int, head_dims: tuple[int, int],
-                      s_q: int, explicit: dict | None, kv: dict | None = None
+                      s_q: int, explicit: dict | None, kv: dict | None, path: str | None
                       ) -> tuple[DecodeConfig | None, ConfigError | None, dict]:
-    """(the first candidate that validates and reaches the wanted CTAs per SM or None, the last
-    rejection, the first candidate's data). `kv` holds the fp8 fields (kv_dtype, scale_mode,
-    scale_block_size) for an fp8 cache."""
+    """`_sm80_search` on one dequantization path (None: a 16-bit cache; 'ring' or 'registers')."""
     dqk, dv = head_dims
     row_groups = -(-hpc * s_q // 16)
     base = {**dict(family=family, backend="sm80", arch=arch, head_dim_qk=dqk, head_dim_v=dv, heads_per_cta=hpc,
                    page_size=page_size, q_dtype=dtype, kv_dtype=dtype, max_s_q=s_q), **(kv or {})}
-    fp8 = base["kv_dtype"] == "fp8_e4m3"
-    explicit_path = (explicit or {}).get("fp8_convert", "ring" if "convert" in (explicit or {}) else None)
-    bulk_rows = (explicit or {}).get("kv_load", kv_load_choice(family, arch, dqk, fp8, heads_per_cta=hpc)) == "bulk"
-    registers = fp8 and (explicit_path or fp8_convert_path(family, base.get("scale_mode", "none"), hpc * s_q,
-                                                           base.get("scale_block_size"), bulk_rows)) == "registers"
+    fp8 = path is not None
+    registers = path == "registers"
     preferred_tile = None
     if registers:
         base["fp8_convert"] = "registers"
