@@ -11,6 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
 
 from .arch import arch_spec
 from .variant import Variant
@@ -42,10 +43,25 @@ def _normalise(text: str) -> str:
 
 
 @lru_cache(maxsize=None)
+@lru_cache(maxsize=None)
+def template_sources(template: str) -> tuple[str, ...]:
+    """The template and every template it includes or imports, transitively (sorted names)."""
+    env, seen, todo = environment(), set(), [template]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            ast = env.parse((TEMPLATES_DIR / name).read_text())
+            todo += [t for t in jinja2.meta.find_referenced_templates(ast) if t is not None]
+    return tuple(sorted(seen))
+
+
 def template_hash(template: str) -> str:
-    """SHA-256 of the template file, the banner and the shared headers it includes."""
+    """SHA-256 of the template and the templates it includes or imports (`template_sources`), the
+    banner and the shared headers the sources include."""
     h = hashlib.sha256()
-    h.update((TEMPLATES_DIR / template).read_bytes())
+    for name in template_sources(template):
+        h.update(name.encode() + b"\0" + (TEMPLATES_DIR / name).read_bytes())
     h.update((TEMPLATES_DIR / "common" / "banner.j2").read_bytes())
     h.update(header_digest(template.split("/")[0]).encode())
     return h.hexdigest()

@@ -75,3 +75,27 @@ def test_templates_never_reimplement_barrier_code():
 def test_undefined_template_variables_are_errors():
     with pytest.raises(jinja2.UndefinedError):
         environment().from_string("{{ missing }}").render()
+
+
+def test_template_hash_covers_the_templates_a_template_includes_or_imports(tmp_path, monkeypatch):
+    """The manifest's template_hash changes when any template the variant's template pulls in changes
+    (included producers, imported macros), not only the top-level file."""
+    import shutil
+
+    from kvforge.codegen import render
+
+    sources = render.template_sources("cuda/decode_sm80.cu.j2")
+    assert {"cuda/sm80_producers.j2", "cuda/sm80_fp8_registers.j2", "cuda/decode_common.j2",
+            "common/decode_guard.j2"} <= set(sources)
+    assert "cuda/sm90_seesaw.j2" in render.template_sources("cuda/decode_sm90.cu.j2")
+    before = render.template_hash("cuda/decode_sm80.cu.j2")
+    copy = tmp_path / "templates"
+    shutil.copytree(render.TEMPLATES_DIR, copy)
+    monkeypatch.setattr(render, "TEMPLATES_DIR", copy)
+    render.template_sources.cache_clear()
+    try:
+        assert render.template_hash("cuda/decode_sm80.cu.j2") == before
+        (copy / "cuda" / "sm80_producers.j2").write_text((copy / "cuda" / "sm80_producers.j2").read_text() + "// x\n")
+        assert render.template_hash("cuda/decode_sm80.cu.j2") != before
+    finally:
+        render.template_sources.cache_clear()
