@@ -315,12 +315,16 @@ def main() -> int:
                      f"{r[7]:.2f}x | {r[8]:.3f} | {r[9]:.2f}x | {r[10]:.1e} | {r[11]:.3f} | {r[12]:.3f} | {r[1] and r[12] / r[1]:.2f}x |")
     if fi_note:
         lines += ["", fi_note.strip()]
-    table = "\n".join(lines)
-    print(table)
-    if args.write:
-        with open(args.write, "w") as f:
-            f.write(table + "\n")
+    emit("\n".join(lines), args.write)
     return 0
+
+
+def emit(table: str, path: str | None) -> None:
+    """Print a result table, and write it to `path` (--write) when given."""
+    print(table)
+    if path:
+        with open(path, "w") as f:
+            f.write(table + "\n")
 
 
 if __name__ == "__main__":

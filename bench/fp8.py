@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import kvforge  # noqa: E402
-from bench import L2_BYTES, Shape, ceilings, interleaved_ms, make_inputs  # noqa: E402
+from bench import L2_BYTES, Shape, ceilings, emit, interleaved_ms, make_inputs  # noqa: E402
 
 LAYOUTS = (("per_tensor", None), ("block", 64), ("block", 128), ("fp8_ds_mla", None))
 SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 128, 4096, 128),
@@ -175,11 +175,7 @@ def main() -> int:
         lines.append(f"| {r[0]} | {r[1]} | {r[2]:.3f} | {r[3]:.0f} | {r[3] / ceil['read']:.0%} | {r[4]:.2f}x | "
                      f"{r[5]:.2f}x | {r[6]:.3f} | {r[7]:.2f}x |")
     lines += [""] + notes if notes else []
-    table = "\n".join(lines)
-    print(table)
-    if args.write:
-        with open(args.write, "w") as f:
-            f.write(table + "\n")
+    emit("\n".join(lines), args.write)
     return 0
 
 

@@ -187,12 +187,9 @@ def test_a_scale_that_is_neither_a_number_nor_an_array_is_refused_by_name():
                      {"k_scale": [1.0], "v_scale": 1.0})
 
 
-def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypatch):
-    """On sm_90 the 16-bit MLA schedule depends on whether the split plan cuts sequences, i.e. on the
-    batch: a plan object loads both variants at construction (run never compiles) and picks per
-    run's batch; one whose max_batch always splits loads one; a pinned config is the only one.
-    (The device is faked: arch, SM count and plan loading.)"""
-    import kvforge
+def _fake_h200_plans(monkeypatch) -> list:
+    """A faked sm_90 device of 132 SMs whose plan loading records each loaded variant's schedule
+    (the list returned)."""
     from kvforge.runtime import decode
 
     loaded = []
@@ -208,6 +205,17 @@ def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypat
     monkeypatch.setattr(decode, "device_arch", lambda device_id=0: "sm_90")
     monkeypatch.setattr(decode, "sm_count", lambda device_id=0: 132)
     monkeypatch.setattr(decode, "plan_for", lambda cfg, device_id: FakePlan(cfg))
+    return loaded
+
+
+def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypatch):
+    """On sm_90 the 16-bit MLA schedule depends on whether the split plan cuts sequences, i.e. on the
+    batch: a plan object loads both variants at construction (run never compiles) and picks per
+    run's batch; one whose max_batch always splits loads one; a pinned config is the only one.
+    (The device is faked: arch, SM count and plan loading.)"""
+    import kvforge
+
+    loaded = _fake_h200_plans(monkeypatch)
     dec = kvforge.MLADecode(128, 64, "bf16", max_batch=64)
     assert sorted(loaded) == ["lockstep", "seesaw"] and dec.config.schedule == "seesaw"
     # 128 heads = 2 head blocks: 34 sequences fill 132 SMs unsplit (68 CTAs), 33 are split
@@ -227,21 +235,8 @@ def test_mla_plan_object_follows_the_seesaw_split_limit(monkeypatch):
     and picks per run's batch. (The device is faked: arch, SM count and plan loading.)"""
     import kvforge
     from kvforge.codegen import policy, select
-    from kvforge.runtime import decode
 
-    loaded = []
-
-    class FakePlan:
-        num_sms = 132
-
-        def __init__(self, config):
-            self.config = config
-            loaded.append(config.schedule)
-
-    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
-    monkeypatch.setattr(decode, "device_arch", lambda device_id=0: "sm_90")
-    monkeypatch.setattr(decode, "sm_count", lambda device_id=0: 132)
-    monkeypatch.setattr(decode, "plan_for", lambda cfg, device_id: FakePlan(cfg))
+    loaded = _fake_h200_plans(monkeypatch)
     select._select_decode_config.cache_clear()
     monkeypatch.setattr(policy, "SEESAW_MAX_SPLITS", 2)
     try:
