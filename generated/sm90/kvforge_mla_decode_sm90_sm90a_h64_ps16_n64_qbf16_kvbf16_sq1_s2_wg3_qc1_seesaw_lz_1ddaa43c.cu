@@ -353,6 +353,19 @@ __device__ __forceinline__ void pv_issue(float (&o)[kColsPerWG / 2], u32 p_addr,
   wg::wgmma_commit();
 }
 
+// The output rows' rescale after the running maximum moved (f: this thread's two rows' factors),
+// skipped by the warps whose rows all kept their maximum (lazy_rescale, `warp_rescales`).
+__device__ __forceinline__ void rescale_o(float (&o)[kColsPerWG / 2], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < kColsPerWG / 8; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+
 
 // Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V
 // columns there (P is 0 for them, but 0 * NaN is not).
@@ -512,16 +525,6 @@ __device__ __forceinline__ void store_p(unsigned char* tile, const u32 (&p)[16],
   }
 }
 
-__device__ __forceinline__ void scale_o(float (&o)[kColsPerWG / 2], const float (&f)[2]) {
-#pragma unroll
-  for (int i = 0; i < kColsPerWG / 8; ++i) {
-    o[4 * i] *= f[0];
-    o[4 * i + 1] *= f[0];
-    o[4 * i + 2] *= f[1];
-    o[4 * i + 3] *= f[1];
-  }
-}
-
 // zero_v_tail (the lockstep's), then made visible to this warpgroup's wgmma: each warpgroup zeroes
 // and reads only its own V columns, so a barrier over the one warpgroup suffices.
 __device__ __forceinline__ void zero_v_tail_wg(unsigned char* stage, int valid, const MathState& st) {
@@ -583,7 +586,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   wg::fence_proxy_async();  // read by warpgroup 1's wgmma; written before the slot's next TMA fill
   sm.handoff[0].give();
   pa.release_all(kR);  // this warpgroup is done with A's sub R (its QK, the P_A store)
-  if (warp_rescales(f)) scale_o(o, f);
+  rescale_o(o, f);
   st.l[0] = st.l[0] * f[0] + sum[0];
   st.l[1] = st.l[1] * f[1] + sum[1];
   if constexpr (!kHasB) {
@@ -598,7 +601,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
     sm.handoff[1].take(t / 2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) f[h] = sm.scales[kQRows + st.row[h]];
-    if (warp_rescales(f)) scale_o(o, f);
+    rescale_o(o, f);
     st.l[0] *= f[0];
     st.l[1] *= f[1];
     pb.consumer_wait(kL);  // complete already (warpgroup 1 read the tile); orders the TMA's bytes here
@@ -651,7 +654,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
   pa.release_all(kL);
 #pragma unroll
   for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
-  if (warp_rescales(f)) scale_o(o, f);  // to M0
+  rescale_o(o, f);  // to M0
   st.l[0] *= f[0];
   st.l[1] *= f[1];
   pa.consumer_wait(kR);  // complete already; orders the TMA's bytes here
@@ -685,7 +688,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     wg::wgmma_wait<0>();  // P_A V_A[R]: O is rescaled next
     wg::fence_operands(o);
     pa.release_all(kR);
-    if (warp_rescales(f)) scale_o(o, f);  // to M1
+    rescale_o(o, f);  // to M1
     st.l[0] = st.l[0] * f[0] + sum[0];
     st.l[1] = st.l[1] * f[1] + sum[1];
     if constexpr (!kNextA) {

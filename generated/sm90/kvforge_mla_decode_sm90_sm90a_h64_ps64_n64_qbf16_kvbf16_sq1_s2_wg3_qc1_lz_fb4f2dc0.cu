@@ -344,6 +344,19 @@ __device__ __forceinline__ void pv_issue(float (&o)[kColsPerWG / 2], u32 p_addr,
   wg::wgmma_commit();
 }
 
+// The output rows' rescale after the running maximum moved (f: this thread's two rows' factors),
+// skipped by the warps whose rows all kept their maximum (lazy_rescale, `warp_rescales`).
+__device__ __forceinline__ void rescale_o(float (&o)[kColsPerWG / 2], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < kColsPerWG / 8; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+
 // QK phase: S[64 x 32] = Q K^T over this warpgroup's 32 keys of the tile in `stage`, full depth.
 __device__ __forceinline__ void qk_tile(float (&s)[kKeysPerWG / 2], const MathState& st, u32 q_addr, u32 stage_addr) {
   // kQKChains = 2: the even and odd k16 steps accumulate apart, two independent wgmma chains in
@@ -498,15 +511,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     qk_tile(s, st, q_addr, stage_addr);
     float scale_o[2];
     online_softmax(s, st, j0 + st.g * kKeysPerWG, scale_log2, red_max, p_smem, scale_o);
-    if (warp_rescales(scale_o)) {
-#pragma unroll
-      for (int i = 0; i < kColsPerWG / 8; ++i) {
-        o[4 * i] *= scale_o[0];
-        o[4 * i + 1] *= scale_o[0];
-        o[4 * i + 2] *= scale_o[1];
-        o[4 * i + 3] *= scale_o[1];
-      }
-    }
+    rescale_o(o, scale_o);
     if (w.key_end - j0 < kBN) zero_v_tail(stage, w.key_end - j0, st);
     wg::fence_proxy_async();  // P (and zeroed V rows) are read by wgmma
     wg::named_sync(kBarMath, kMathThreads);  // both halves of P are in place
