@@ -129,11 +129,15 @@ def selftest_kernels(name: str, cfg: PipelineSelfTestConfig) -> dict[str, Kernel
                                        _args("const uint4* src", "unsigned int* out", "int num_tiles"))}
 
 
+MERGE_ARGS = ("int* merge_counters",)  # merge_in_kernel variants: the per-(sequence, head block) counts
+
+
 def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
     """The main kernel (split-KV planned inside it from cache_seqlens) and the combine kernel.
     fp8 main kernels take the caches as bytes and four more arguments: `k_scale`/`v_scale` (the
     block-scale tensors, or a 1-element device scale per tensor, or null: then `k_scale_value`/
-    `v_scale_value`). Main kernels loading tiles by TMA take their tensor maps last
+    `v_scale_value`). Variants with merge_in_kernel take `merge_counters` next (the zeroed counts at
+    the workspace's start, `policy.MERGE_COUNTER_INTS`). Main kernels loading tiles by TMA take their tensor maps last
     (`DecodeConfig.tensor_maps`): sm90 MLA of 16-bit caches `kv_map` (fp8 tiles are bulk-copied
     from `k_cache`), sm80-kernel GQA with kv_load='tma' `k_map` and `v_map`."""
     t = HIP_ELEMENT_C_TYPE if cfg.backend == "cdna" else C_TYPES[cfg.q_dtype]
@@ -147,7 +151,7 @@ def decode_kernels(name: str, cfg: DecodeConfig) -> dict[str, KernelContract]:
         _args(f"const {t}* q", f"const {kv_t}* k_cache", f"const {kv_t}* v_cache", "const int* block_table",
               "const int* seqlens", f"{t}* out", "float* lse", "float* part_o", "float* part_lse", "int* error_word",
               "int s_q", "int num_q_heads", "int num_kv_heads", "int num_pages", "int max_pages", "int num_splits",
-              "float scale_log2", "int causal", *scales,
+              "float scale_log2", "int causal", *scales, *(MERGE_ARGS if cfg.merge_in_kernel else ()),
               *(f"{TENSOR_MAP_CTYPE} {arg}" for arg, _, _ in cfg.tensor_maps())))
     combine = KernelContract(
         "combine", f"{name}_combine", (GridDim("num_q_heads"), GridDim("s_q"), GridDim("batch")),

@@ -74,6 +74,10 @@ class DecodeConfig(BaseModel):
                                "maximum only when a tile's exceeds it by more than policy.RESCALE_SLACK_LOG2 "
                                "(P stays below 2^slack), and skip a warp's output rescale when none of its rows "
                                "moved")
+    merge_in_kernel: bool = Field(default=False, description="split-KV (sm90): a sequence cut into 2 .. "
+                                  "policy.MERGE_MAX_SPLITS chunks is merged by the last of its CTAs to finish "
+                                  "(an atomic count per sequence and head block at the start of the workspace), "
+                                  "not by the combine kernel, which then runs only for sequences cut into more")
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -157,6 +161,9 @@ class DecodeConfig(BaseModel):
         if self.max_s_q > 1 and self.family == "mla_decode" and self.q_rows > MAX_Q_ROWS:
             raise ValueError(f"{where}.max_s_q={self.max_s_q}: heads_per_cta * max_s_q = "
                              f"{self.heads_per_cta * self.max_s_q} query rows per CTA; at most {MAX_Q_ROWS}")
+        if self.merge_in_kernel and self.backend != "sm90":
+            raise ValueError(f"{where}.merge_in_kernel=True: implemented for backend 'sm90' only (got "
+                             f"{self.backend!r}, whose split sequences the combine kernel merges); remove it")
         self._validate_backend(where)
         spec = arch_spec(self.arch)
         if self.threads > spec.max_threads_per_block:
@@ -250,7 +257,14 @@ class DecodeConfig(BaseModel):
         ps page size, n keys per tile, q/kv dtypes, pt/sb/dsmla fp8 scales, d head dim, sq max s_q; then
         the backend's own (sm80: s stages, pr/co producer/consumer warps; sm90: s stages, wg
         warpgroups, qc QK accumulator chains; cdna: MFMA, threads)."""
-        return self._family_fields("ps") + self.backend_name_fields() + (["lz"] if self.lazy_rescale else [])
+        return (self._family_fields("ps") + self.backend_name_fields() + (["lz"] if self.lazy_rescale else [])
+                + (["mk"] if self.merge_in_kernel else []))
+
+    @property
+    def merged_splits(self) -> int:
+        """Sequences cut into at most this many chunks need no combine (1: only unsplit ones; with
+        merge_in_kernel, policy.MERGE_MAX_SPLITS: the main kernel merges them)."""
+        return policy.MERGE_MAX_SPLITS if self.merge_in_kernel else 1
 
     @property
     def rescale_slack_log2(self) -> float:

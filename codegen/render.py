@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import jinja2.meta
 
+from . import policy
 from .arch import arch_spec
 from .variant import Variant
 from .version import VERSION
@@ -78,7 +79,10 @@ def render_variant(variant: Variant) -> str:
     return _normalise(text)
 
 
-WORKSPACE_HEADER_BYTES = 256  # the C launchers' workspace: the error record, then the fp32 partials
+# The C launchers' workspace: the error record (its first 256 bytes), the merge_in_kernel counts
+# (policy.MERGE_COUNTER_INTS ints, every variant alike), then the fp32 partials. Zeroed once by the caller.
+WORKSPACE_COUNTERS_OFFSET = 256
+WORKSPACE_HEADER_BYTES = WORKSPACE_COUNTERS_OFFSET + 4 * policy.MERGE_COUNTER_INTS
 
 
 # cuTensorMapEncodeTiled's data type per 16-bit KV dtype (the C launchers' tensor maps)
@@ -97,14 +101,14 @@ def tensor_map_encodings(cfg) -> list[dict]:
 def render_launch_header(family: str, variants: list[Variant]) -> str:
     """The C host launcher header of one decode family over the given variants. A variant whose
     main kernel takes tensor maps (TMA loads) gets them encoded by its launcher."""
-    from . import policy
 
     tpl = environment().get_template("cuda/decode_launch.h.j2")
     digest = hashlib.sha256("".join(v.config_hash for v in variants).encode()).hexdigest()
     kv_maps = {v.name: maps for v in variants if (maps := tensor_map_encodings(v.config))}
     pdl = {v.name for v in variants if arch_spec(v.config.arch).has_pdl}  # combine launched programmatically
     text = tpl.render(banner=banner(f"configs {digest}"), family=family, variants=variants, kv_maps=kv_maps, pdl=pdl,
-                      workspace_header_bytes=WORKSPACE_HEADER_BYTES, log2e=repr(policy.LOG2E),
+                      workspace_header_bytes=WORKSPACE_HEADER_BYTES, counters_offset=WORKSPACE_COUNTERS_OFFSET,
+                      merge_counter_ints=policy.MERGE_COUNTER_INTS, log2e=repr(policy.LOG2E),
                       error_ints=policy.ERROR_RECORD_INTS, err_seqlen=policy.ERR_SEQLEN, err_page=policy.ERR_PAGE)
     return _normalise(text)
 

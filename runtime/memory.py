@@ -50,7 +50,9 @@ atexit.register(release_unused)
 class DeviceBuffer:
     """`nbytes` of device memory on `device_id` (synchronous cuMemAlloc, not stream-ordered)."""
 
-    def __init__(self, device_id: int, nbytes: int) -> None:
+    def __init__(self, device_id: int, nbytes: int, zero_bytes: int = 0) -> None:
+        """`zero_bytes` (a multiple of 4) at the start are zeroed before this returns, on a private
+        non-blocking stream (no capturing stream is touched)."""
         from cuda.bindings import driver
 
         from .device import on_device, primary_context
@@ -59,5 +61,15 @@ class DeviceBuffer:
         self.device_id, self.nbytes = device_id, max(int(nbytes), 1)
         with on_device(device_id), _relaxed_capture_mode():
             (ptr,) = _check(driver.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})")
+            if zero_bytes:
+                if zero_bytes % 4 or zero_bytes > self.nbytes:
+                    raise ValueError(f"zero_bytes={zero_bytes}: a multiple of 4 up to nbytes={self.nbytes}")
+                flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
+                (stream,) = _check(driver.cuStreamCreate(flags), "cuStreamCreate")
+                try:
+                    _check(driver.cuMemsetD32Async(ptr, 0, zero_bytes // 4, stream), "cuMemsetD32Async(workspace)")
+                    _check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize(workspace zeroing)")
+                finally:
+                    driver.cuStreamDestroy(stream)
         self.ptr = int(ptr)
         weakref.finalize(self, _defer_free, self.ptr, primary_context(device_id))

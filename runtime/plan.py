@@ -36,6 +36,11 @@ def uses_pdl(config) -> bool:
     return combine_pdl(config)
 
 
+# Every CUDA workspace starts with the merge_in_kernel variants' counts (zeroed when allocated, zero
+# between calls); the partial outputs follow, then the partial lse values. The same layout for every
+# variant, so the plans of one plan object (which may differ by batch) share one workspace safely.
+WORKSPACE_PREFIX_BYTES = 4 * policy.MERGE_COUNTER_INTS
+
 # The main kernel's arguments a call writes, in this order (the rest follow from the contract).
 CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
              "num_q_heads", "num_kv_heads", "num_pages", "max_pages", "num_splits", "scale_log2", "causal")
@@ -106,6 +111,9 @@ class DecodePlan:
         # fp8: the scale arguments (k_scale, v_scale pointers, then their values)
         self.takes_scales = "k_scale" in m.index
         self._scale_slots = [m.slots[m.index[n]] for n in SCALE_ARGS] if self.takes_scales else None
+        # merge_in_kernel: the counts' slot; sequences cut into at most merged_splits need no combine
+        self._counter_slot = m.slots[m.index["merge_counters"]] if "merge_counters" in m.index else None
+        self.merged_splits = cfg.merged_splits
 
     def stream_workspace(self, stream: int, s_q: int, num_q_heads: int, num_kv_heads: int) -> int:
         """A workspace for split calls on `stream`, allocated once per (stream, s_q, heads) and
@@ -123,7 +131,8 @@ class DecodePlan:
             floats = pairs * s_q * num_q_heads * (1 + self.head_dim_v)
             if self.launcher.platform != "cuda":
                 raise RuntimeError("stream workspaces are CUDA allocations; HIP calls allocate through torch")
-            buf = self._stream_workspaces[key] = DeviceBuffer(self.device_id, 4 * floats)
+            buf = self._stream_workspaces[key] = DeviceBuffer(self.device_id, WORKSPACE_PREFIX_BYTES + 4 * floats,
+                                                              zero_bytes=WORKSPACE_PREFIX_BYTES)
         return buf.ptr
 
     def splits(self, batch: int, num_q_heads: int, num_kv_heads: int) -> int:
@@ -136,6 +145,12 @@ class DecodePlan:
         geo = self._geometry.get(key)
         if geo is None:
             splits = self.splits(batch, num_q_heads, num_kv_heads)
+            if self._counter_slot is not None and splits > 1:
+                tiles = batch * self.config.head_blocks(num_q_heads, num_kv_heads)
+                if tiles > policy.MERGE_COUNTER_INTS:  # not on GPUs of up to 8192 SMs (policy.py)
+                    raise ValueError(f"{self.variant.name}: a split launch of {tiles} (sequence, head block) "
+                                     f"tiles; merge_in_kernel counts at most {policy.MERGE_COUNTER_INTS}: use a "
+                                     "config with merge_in_kernel=False")
             values = {"batch": batch, "s_q": s_q, "num_q_heads": num_q_heads, "num_kv_heads": num_kv_heads,
                       "num_splits": splits}
             geo = (splits, self.launcher.main.contract.grid_for(values),
@@ -145,10 +160,11 @@ class DecodePlan:
         return geo
 
     def workspace_floats(self, batch: int, s_q: int, num_q_heads: int, splits: int) -> int:
-        """fp32 words of partials a call needs (0 when no sequence is split): out rows, then lse rows."""
+        """fp32 words of workspace a call needs (0 when no sequence is split): the counts'
+        prefix (WORKSPACE_PREFIX_BYTES), the partial out rows, then the partial lse rows."""
         if splits <= 1:
             return 0
-        return batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
+        return WORKSPACE_PREFIX_BYTES // 4 + batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
 
     def launch_packed(self, sizes: tuple, ptrs: tuple, workspace: int, scale_log2: float, causal: int,
                       stream: int, kv_scales: tuple | None = None) -> None:
@@ -159,10 +175,10 @@ class DecodePlan:
         k value, v value)."""
         batch, s_q, nq, nkv, num_pages, max_pages, (splits, main_grid, comb_grid) = sizes
         q, k, v, bt, sl, out, lse = ptrs
-        # partial outputs first (the combine reads them as float4: every row starts 16-byte aligned
-        # whatever batch x splits x s_q x heads is), then the partial lse values
-        part_o = workspace
-        part_lse = workspace + 4 * batch * splits * s_q * nq * self.head_dim_v if workspace else 0
+        # the counts, then the partial outputs (the combine reads them as float4: every row starts
+        # 16-byte aligned whatever batch x splits x s_q x heads is), then the partial lse values
+        part_o = workspace + WORKSPACE_PREFIX_BYTES if workspace else 0
+        part_lse = part_o + 4 * batch * splits * s_q * nq * self.head_dim_v if workspace else 0
         m, c = self._main_slots, self._comb_slots
         with self._lock:
             if sizes is not self._last_sizes:
@@ -180,12 +196,14 @@ class DecodePlan:
                                      "v_scale)")
                 for slot, val in zip(self._scale_slots, kv_scales):
                     slot.value = val
+            if self._counter_slot is not None:
+                self._counter_slot.value = workspace
             for i, (maps, slot, which) in enumerate(self._tensor_maps):
                 key = (ptrs[which], num_pages, nkv)
                 if key != self._map_keys[i]:
                     ctypes.memmove(slot, maps.get(*key), 128)
                     self._map_keys[i] = key
             self.launcher.main.launch(main_grid, stream)
-            if splits > 1:
+            if splits > self.merged_splits:
                 c[0].value, c[1].value, c[2].value, c[3].value, c[4].value = part_o, part_lse, sl, out, lse
                 self.launcher.combine.launch(comb_grid, stream)

@@ -83,7 +83,7 @@ def fp8_gqa_tma_case():
 
 def sm90_case(schedule=None):
     """The sm90 MLA kernel (chosen above 16 query rows on sm_90): 64 heads (one 64-row CTA per
-    sequence) with a split sequence, 128 heads (two head blocks), s_q=2 causal on page 32. With
+    sequence) with split sequences (one merged by its last CTA, one by the combine), 128 heads (two head blocks), s_q=2 causal on page 32. With
     `schedule`, every call pins the sm90 config of its page size and s_q with that math schedule
     (the built-in choice otherwise)."""
     from kvforge.codegen.select import sm90_choice
@@ -97,7 +97,7 @@ def sm90_case(schedule=None):
         data = sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json")
         return build(DecodeConfig, {**data, "schedule": schedule})
 
-    lens = [1500, 40, 1]
+    lens = [1500, 400, 1]  # 400 keys: two chunks, merged in the kernel (merge_in_kernel, the 16-bit default)
     case = make_case("mla_decode", batch=3, s_q=1, hq=64, hkv=1, d=576, page_size=64, lens=lens, seed=4)
     kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, config=pinned(64, 1))
     case = make_case("mla_decode", batch=2, s_q=1, hq=128, hkv=1, d=576, page_size=16, lens=[900, 3], seed=5)

@@ -158,6 +158,10 @@ INVALID = [
     (DecodeConfig, dict(CDNA, pipeline=PIPE), ["pipeline", "set kv_buffers"]),
     (DecodeConfig, dict(CDNA, kv_buffers=None), ["kv_buffers", "required for backend 'cdna'"]),
     (DecodeConfig, dict(CDNA, lazy_rescale=True), ["lazy_rescale=True", "cdna", "remove it"]),
+    (DecodeConfig, dict(MLA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'sm80'", "remove it"]),
+    (DecodeConfig, dict(CDNA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'cdna'"]),
+    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", merge_in_kernel=True),
+     ["merge_in_kernel=True", "16-bit KV only", "spills", "'fp8_e4m3'"]),
     (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
     (DecodeConfig, dict(GQA, kv_buffers=(KBUF, VBUF)), ["kv_buffers", "only the cdna backend"]),
     (DecodeConfig, dict(MLA, softmax="exp2"), ["DecodeConfig.softmax", "Extra inputs"]),
@@ -232,3 +236,26 @@ def test_one_config_class_per_backend():
     assert build(DecodeConfig, {**sm80.model_dump(mode="json"), "kv_buffers": None}) == sm80
     with pytest.raises(ConfigError, match=r"kv_buffers: only the cdna backend uses it"):
         build(DecodeConfig, {**sm80.model_dump(mode="json"), "kv_buffers": cdna.model_dump(mode="json")["kv_buffers"]})
+
+
+def test_merge_in_kernel_defaults_and_names():
+    """sm90: merge_in_kernel defaults to policy.SM90_MERGE_IN_KERNEL for 16-bit KV and off for fp8 (whose
+    math registers leave no room); a merging variant's name carries 'mk', its main kernel takes the
+    counts (before the tensor map), and its combine skips the sequences the main kernel merged."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.render import render_variant
+    from kvforge.codegen.variant import Variant
+
+    plain16 = build(DecodeConfig, SM90)
+    assert plain16.merge_in_kernel is policy.SM90_MERGE_IN_KERNEL
+    fp8 = build(DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor"))
+    assert fp8.merge_in_kernel is False and fp8.merged_splits == 1
+    on, off = (Variant(build(DecodeConfig, dict(SM90, merge_in_kernel=m))) for m in (True, False))
+    assert "_mk_" in on.name and "_mk_" not in off.name
+    assert on.config.merged_splits == policy.MERGE_MAX_SPLITS and off.config.merged_splits == 1
+    args = [a.name for a in on.contracts["main"].args]
+    assert args[-2:] == ["merge_counters", "kv_map"] and "merge_counters" not in [a.name for a in off.contracts["main"].args]
+    src_on, src_off = render_variant(on), render_variant(off)
+    assert f"if (n <= {policy.MERGE_MAX_SPLITS}) return;" in src_on and "if (n <= 1) return;" in src_off
+    assert "constexpr bool kMergeInKernel = true;" in src_on and "constexpr bool kMergeInKernel = false;" in src_off
+    assert "last_to_finish(merge_counters" in src_on

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 
-from paged_inputs import assert_matches, make_case, reference
+from paged_inputs import assert_matches, make_case, reference, rel_l2
 
 from kvforge.codegen.select import mla16_bulk_tilings
 
@@ -437,3 +437,87 @@ def test_cupy_inputs():
     import torch
 
     _check("gqa_decode", case, torch.from_numpy(cp.asnumpy(out)), torch.from_numpy(cp.asnumpy(lse)), causal=False)
+
+
+def _merge_config(schedule: str, s_q: int = 1):
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+
+    return build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, s_q).model_dump(mode="json"),
+                                "schedule": schedule, "merge_in_kernel": True})
+
+
+# (batch, heads, s_q): on 132 SMs the grid cuts sequences into 2 (b=32 h=128), 3 (b=20 h=128) and 8 chunks
+# (b=8 h=128; b=6 h=32 s_q=2): sequences of up to policy.MERGE_MAX_SPLITS chunks (short ones get fewer) are
+# merged in the kernel, longer ones by the combine, in one launch
+MERGE_SHAPES = [(32, 128, 1), (20, 128, 1), (8, 128, 1), (6, 32, 2)]
+
+
+@pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
+@pytest.mark.parametrize("batch,heads,s_q", MERGE_SHAPES, ids=lambda x: str(x))
+def test_mla_sm90_merge_in_kernel(schedule, batch, heads, s_q):
+    """merge_in_kernel: the last CTA of each split (sequence, head block) merges its partials (an atomic
+    count in the workspace, zeroed once and left zero by every call). Ragged lengths give sequences
+    1 .. 8 chunks (0 and 1 keys, a chunk boundary, partial tiles); three calls on new queries and
+    lengths check that the counts are reset, a fourth on another stream that they start at zero there."""
+    import torch
+
+    import kvforge
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    cfg = _merge_config(schedule, s_q)
+    splits = _splits(batch * -(-heads // cfg.heads_per_cta))
+    assert splits > 1, splits
+    rng = np.random.default_rng(batch + heads + s_q)
+    base = [0, 1, 256, 257, 2000, 3000, 513, 64 * 31 + 5]
+    for step in range(4):
+        lens = [base[i % len(base)] if step == 0 else int(x) for i, x in
+                enumerate(rng.integers(1, 3100, size=batch))]
+        case = make_case("mla_decode", batch=batch, s_q=s_q, hq=heads, hkv=1, d=576, page_size=64, lens=lens,
+                         seed=step + 50 * batch)
+        out, lse = _poisoned(case, "mla_decode")
+        stream = torch.cuda.Stream() if step == 3 else None
+        kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse,
+                           config=cfg, stream=stream)
+        if stream is not None:
+            stream.synchronize()
+        _check("mla_decode", case, out, lse, causal=s_q > 1)
+
+
+@pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
+def test_mla_sm90_merge_in_kernel_with_a_refused_split(schedule):
+    """A sequence the device guard refuses (a bad page id in its second chunk only): its CTAs still count,
+    its rows come out NaN whichever split finishes last, the others exact; the next call is clean."""
+    import torch
+
+    import kvforge
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    cfg = _merge_config(schedule)
+    batch, heads = 32, 128
+    lens = [2900 if b % 3 else 700 for b in range(batch)]
+    case = make_case("mla_decode", batch=batch, s_q=1, hq=heads, hkv=1, d=576, page_size=64, lens=lens, seed=77)
+    bad = 4
+    kvforge.check_errors()
+    good_page = int(case.block_table[bad, 40])
+    case.block_table[bad, 40] = case.k.shape[0] + 9  # token 2560..: the second of two chunks
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse, config=cfg)
+    torch.cuda.synchronize()
+    with pytest.raises(kvforge.DeviceInputError):
+        kvforge.check_errors()
+    got = out.float().cpu().numpy()
+    assert np.isnan(got[bad]).all() and np.isnan(lse[bad].cpu().numpy()).all()
+    good = [b for b in range(batch) if b != bad]
+    want_o, _ = reference("mla_decode", case.host, causal=False)  # the host copy holds the good page
+    assert not np.isnan(got[good]).any() and rel_l2(got[good], want_o[good]) < TOL
+    case.block_table[bad, 40] = good_page
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=False)
+    kvforge.check_errors()

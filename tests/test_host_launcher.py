@@ -108,3 +108,55 @@ def test_launch_headers_compile_and_link_with_nvcc(tmp_path):
                         str(main), "-o", str(tmp_path / "main_pdl.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cudaLaunchKernelEx" in (GEN / "include" / "kvforge" / "gqa_decode_launch.h").read_text()
+
+
+MERGE_MAIN = """
+#include "kvforge/mla_decode_launch.h"
+#include <cstdio>
+
+int main() {
+  void* ws = nullptr;
+  const size_t bytes = V_workspace_bytes(64, 1, 128, 1, 132);
+  cudaMalloc(&ws, bytes);
+  cudaMemset(ws, 0, bytes);  // the error record and the merge counts start at zero
+  cudaError_t e = V_run((const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const __nv_bfloat16*)0, (const int*)0,
+                        (const int*)0, (__nv_bfloat16*)0, (float*)0, ws, 32, 1, 128, 1, 16, 4, 132, 0.04f, 0, 0);
+  std::printf("%d %zu\\n", (int)e, bytes);
+  return 0;
+}
+"""
+
+
+def test_merge_in_kernel_launcher_compiles_and_links_with_nvcc(tmp_path):
+    """An sm90 variant with merge_in_kernel (on or off in the default matrix): its launcher passes the
+    counts at the workspace's fixed offset and skips the combine where the kernel merged; the rendered
+    tree (variant source, shared headers, launcher) compiles and links with plain nvcc."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.manifest import render_tree, write_tree
+    from kvforge.codegen.render import WORKSPACE_COUNTERS_OFFSET
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.codegen.variant import Variant
+    from kvforge.codegen.vendor_check import nvcc_arch_flags
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH here; the host-launcher check needs the CUDA toolkit")
+    v = Variant(build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, 1).model_dump(mode="json"),
+                                     "merge_in_kernel": True}))
+    tree = tmp_path / "gen"
+    files = render_tree([v])
+    write_tree(files, tree)
+    header = (tree / "include" / "kvforge" / "mla_decode_launch.h").read_text()
+    assert f"int* merge_counters = (int*)((char*)workspace + {WORKSPACE_COUNTERS_OFFSET});" in header
+    assert f"if (num_splits > {v.config.merged_splits})" in header
+    src = next(p for p in files if p.endswith(".cu") and v.name in p)
+    obj = tmp_path / "v.o"
+    r = subprocess.run([nvcc, "-c", "-std=c++17", *nvcc_arch_flags(v.arch), "-I", str(tree / "include"),
+                        str(tree / src), "-o", str(obj)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    main = tmp_path / "main.cu"
+    main.write_text(MERGE_MAIN.replace("V_workspace_bytes", f"{v.name}_workspace_bytes").replace("V_run", f"{v.name}_run"))
+    r = subprocess.run([nvcc, "-std=c++17", *nvcc_arch_flags("sm_90"), "-I", str(tree / "include"), str(main), str(obj),
+                        "-o", str(tmp_path / "demo")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -246,3 +246,69 @@ def test_mla_plan_object_follows_the_seesaw_split_limit(monkeypatch):
         assert picked == {1: "lockstep", 22: "lockstep", 23: "seesaw", 30: "seesaw"} and len(loaded) == 2
     finally:
         select._select_decode_config.cache_clear()
+
+
+def _fake_plan(monkeypatch, cfg):
+    """A DecodePlan of `cfg` on a faked 132-SM CUDA device whose launches are recorded as (symbol, grid,
+    {argument: value}) in the list returned with it."""
+    from types import SimpleNamespace
+
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import plan as planmod
+
+    launches = []
+
+    class FakeLaunch:
+        def __init__(self, contract):
+            self.contract = contract
+            self.index = {a.name: i for i, a in enumerate(contract.args)}
+            self.slots = [SimpleNamespace(value=None) for _ in contract.args]
+
+        def launch(self, grid, stream):
+            launches.append((self.contract.symbol, grid, {a.name: s.value for a, s in zip(self.contract.args,
+                                                                                         self.slots)}))
+
+    class FakeLauncher:
+        platform, num_sms = "cuda", 132
+
+        def __init__(self, variant, device_id):
+            self.main, self.combine = FakeLaunch(variant.contracts["main"]), FakeLaunch(variant.contracts["combine"])
+
+    monkeypatch.setattr(planmod, "CudaLauncher", FakeLauncher)
+    plan = planmod.DecodePlan(Variant(cfg), 0)
+    plan._tensor_maps = []  # no driver to encode them
+    return plan, launches
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_split_workspace_layout_and_when_the_combine_runs(monkeypatch, merge):
+    """Every CUDA workspace starts with the merge counts (WORKSPACE_PREFIX_BYTES, whatever the variant, so
+    one plan object's variants share it), then the partial outputs, then the partial lse values. A
+    merge_in_kernel variant gets the counts' address and launches no combine where sequences are cut into
+    at most policy.MERGE_MAX_SPLITS chunks (b=32 x 128 heads: 2), but does where more (b=8: 8)."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.plan import WORKSPACE_PREFIX_BYTES
+
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, 1).model_dump(mode="json"),
+                               "merge_in_kernel": merge})
+    plan, launches = _fake_plan(monkeypatch, cfg)
+    ws = 1 << 20
+    for batch, splits in ((32, 2), (8, 8)):
+        geo = plan.geometry(batch, 1, 128, 1)
+        assert geo[0] == splits
+        floats = plan.workspace_floats(batch, 1, 128, splits)
+        assert floats == WORKSPACE_PREFIX_BYTES // 4 + batch * splits * 128 * 513
+        launches.clear()
+        plan.launch_packed((batch, 1, 128, 1, 1000, 200, geo), (1, 2, 2, 3, 4, 5, 6), ws, 0.1, 0, 0)
+        (_, _, main), *rest = launches
+        assert main["part_o"] == ws + WORKSPACE_PREFIX_BYTES
+        assert main["part_lse"] == main["part_o"] + 4 * batch * splits * 128 * 512
+        assert main.get("merge_counters") == (ws if merge else None)
+        combined = merge is False or splits > policy.MERGE_MAX_SPLITS
+        assert len(rest) == int(combined), (batch, merge, rest)
+        if combined:
+            assert rest[0][2]["part_o"] == main["part_o"] and rest[0][2]["part_lse"] == main["part_lse"]
+    assert policy.MERGE_COUNTER_INTS * 4 == WORKSPACE_PREFIX_BYTES

@@ -187,7 +187,7 @@ def test_lazy_rescale_keeps_the_wgmma_pipeline(variant, tmp_path):
     from kvforge.runtime import compile
 
     eager = Variant(build(DecodeConfig, {**variant.config.model_dump(mode="json"), "lazy_rescale": False}))
-    assert variant.name.split("_")[-2] == "lz" and "_lz_" not in eager.name
+    assert "_lz_" in variant.name and "_lz_" not in eager.name
     lazy_k, eager_k = compile(variant), compile(eager)
     assert not [ln for ln in lazy_k.log.splitlines() if "serialized" in ln or "C7517" in ln]
     lazy_s = sass_functions(lazy_k.cubin, tmp_path)[variant.name]
@@ -346,3 +346,42 @@ def test_ring_path_kernels_still_read_16_bit_tiles_with_ldmatrix(tmp_path):
     ring = next(v for v in ALL_FP8 if getattr(v.config, "convert", None) is not None)
     main = sass_functions(compile(ring).cubin, tmp_path)[ring.name]
     assert re.search(r"\bLDSM\b", main)
+
+
+def _merge_representatives():
+    """One 16-bit sm90 variant of each schedule with merge_in_kernel flipped (on where the
+    default matrix has it off, and the reverse), as (merging, plain) variant pairs."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+
+    picks = {}
+    for v in ALL_SM90:
+        key = v.config.schedule
+        if key not in picks and not v.config.is_fp8:  # 16-bit KV only
+            flip = Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"),
+                                                "merge_in_kernel": not v.config.merge_in_kernel}))
+            picks[key] = (flip, v) if flip.config.merge_in_kernel else (v, flip)
+    return list(picks.values())
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("pair", _merge_representatives(), ids=lambda p: p[0].name)
+def test_merge_in_kernel_adds_the_count_and_keeps_the_wgmma_pipeline(pair, tmp_path):
+    """merge_in_kernel: the merging CTA's count (a global atomic and device-wide fences) and its merge
+    come after the math: the same wgmmas and waits as without it, no serialisation, no new local memory."""
+    from kvforge.runtime import compile
+
+    merging, plain = pair
+    assert "_mk_" in merging.name and "_mk_" not in plain.name
+    mk, pk = compile(merging), compile(plain)
+    assert not [ln for ln in mk.log.splitlines() if "serialized" in ln or "C7517" in ln]
+    ms, ps = sass_functions(mk.cubin, tmp_path)[merging.name], sass_functions(pk.cubin, tmp_path)[plain.name]
+    for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR"):
+        assert len(re.findall(op, ms)) == len(re.findall(op, ps)), op
+    adds = [len(re.findall(r"\bATOMG\.E\.(?:ADD|EXCH)\b", s)) for s in (ms, ps)]
+    assert adds[0] > adds[1], f"no counting atomic (ATOMG.E.ADD/EXCH: {adds[0]} merging, {adds[1]} plain)"
+    assert re.search(r"\bMEMBAR\.(?:SC\.)?GPU\b|\bMEMBAR\.ALL\.GPU\b", ms), "no device-wide fence"
+    assert (mk.resources.spill_store_bytes, mk.resources.spill_load_bytes) <= (
+        pk.resources.spill_store_bytes, pk.resources.spill_load_bytes), (mk.resources, pk.resources)

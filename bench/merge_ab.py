@@ -1,0 +1,71 @@
+"""A/B of where split sequences are merged on the sm90 MLA kernel: the combine kernel (a second launch)
+against `merge_in_kernel` (the last CTA of each (sequence, head block) merges up to
+policy.MERGE_MAX_SPLITS chunks, counted by an atomic), under both schedules, on launches that split
+sequences (2, 3, 4, 8 and 64 chunks on 132 SMs), with FlashInfer in the same captures.
+
+    python bench/merge_ab.py [--rounds 3] [--no-flashinfer]
+
+Same method as bench/bench.py: CUDA-graph replays of one call per KV copy (copies rotating past the
+L2), every call of a shape captured together and timed in rounds of rotating order, the median per
+call; 'rel' is the merged output's relative L2 difference from the combine's (same schedule).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench import L2_BYTES, SHAPES, Shape, flashinfer_calls, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
+
+from kvforge.codegen.decode import DecodeConfig  # noqa: E402
+from kvforge.codegen.errors import build  # noqa: E402
+from kvforge.codegen.select import sm90_choice  # noqa: E402
+
+SPLIT_SHAPES = [SHAPES[5], SHAPES[6]] + [Shape("mla_decode", b, s_k, h) for b, s_k, h in (
+    (24, 4096, 128), (32, 2048, 128), (16, 8192, 128), (20, 8192, 128), (8, 4096, 128), (32, 4096, 64),
+    (48, 4096, 64), (40, 8192, 64))]
+NAMES = ("lockstep", "lockstep+merge", "seesaw", "seesaw+merge")
+
+
+def configs(sh) -> dict:
+    data = sm90_choice(sh.family, "bf16", sh.page, sh.s_q).model_dump(mode="json")
+    return {name: build(DecodeConfig, {**data, "schedule": name.split("+")[0], "merge_in_kernel": "+" in name})
+            for name in NAMES}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-flashinfer", action="store_true")
+    args = ap.parse_args()
+    print("| shape | " + " | ".join(f"{n} ms" for n in NAMES) + " | lockstep / lockstep+merge | "
+          "lockstep / seesaw+merge | FlashInfer ms | FlashInfer / best | rel |")
+    print("|---" * (len(NAMES) + 6) + "|")
+    for sh in SPLIT_SHAPES:
+        cfgs = configs(sh)
+        copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+        q, kv, bt, lens = make_inputs(sh, copies)
+        calls = {n: [lambda i=i, c=c: run_kvforge(sh, q, *kv[i], bt, lens, c) for i in range(copies)]
+                 for n, c in cfgs.items()}
+        rel = 0.0
+        for sched in ("lockstep", "seesaw"):
+            ref = calls[sched][0]().float()
+            rel = max(rel, float((calls[sched + "+merge"][0]().float() - ref).norm() / ref.norm()))
+        if not args.no_flashinfer:
+            calls.update(flashinfer_calls(sh, q, kv, bt, lens, copies))
+        t = interleaved_ms(calls, 20, args.rounds)
+        best = min(t[n] for n in NAMES)
+        fi = t.get("FlashInfer", float("nan"))
+        print(f"| {sh.label} | " + " | ".join(f"{t[n]:.4f}" for n in NAMES) +
+              f" | {t['lockstep'] / t['lockstep+merge']:.3f} | {t['lockstep'] / t['seesaw+merge']:.3f} | "
+              f"{fi:.4f} | {fi / best:.3f} | {rel:.1e} |", flush=True)
+        del q, kv, calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
