@@ -33,7 +33,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from . import policy
 from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
@@ -88,8 +88,8 @@ class Sm90DecodeConfig(DecodeConfig):
 
     lazy_rescale: bool = Field(default=policy.SM90_LAZY_RESCALE, description="DecodeConfig.lazy_rescale, on by "
                                "default here (policy.SM90_LAZY_RESCALE has the measurement)")
-    merge_in_kernel: bool = Field(default=False, description="DecodeConfig.merge_in_kernel, 16-bit KV only; when "
-                                  "not given, policy.SM90_MERGE_IN_KERNEL for 16-bit KV")
+    merge_in_kernel: bool = Field(default=policy.SM90_MERGE_IN_KERNEL, description="DecodeConfig.merge_in_kernel, "
+                                  "on by default here (policy.SM90_MERGE_IN_KERNEL has the measurement)")
 
     fp8_staging: Literal["fp8_ring", "registers", "slot"] = Field(
         default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "
@@ -97,14 +97,6 @@ class Sm90DecodeConfig(DecodeConfig):
         "'fp8_ring' (an fp8 ring by bulk copies, converted by the math warpgroups into one 16-bit tile before "
         "each QK) or 'slot' (schedule 'seesaw', per-tensor scales: fp8 columns land by TMA in the 16-bit slot "
         "they become and are converted in place by the producer warpgroup)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _merge_default(cls, data):
-        """merge_in_kernel not given: policy.SM90_MERGE_IN_KERNEL for 16-bit KV, off for fp8."""
-        if isinstance(data, dict) and "merge_in_kernel" not in data:
-            data = {**data, "merge_in_kernel": policy.SM90_MERGE_IN_KERNEL and data.get("kv_dtype") != "fp8_e4m3"}
-        return data
 
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
@@ -145,10 +137,6 @@ class Sm90DecodeConfig(DecodeConfig):
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
-        if self.merge_in_kernel and self.is_fp8:
-            raise ValueError(f"{where}.merge_in_kernel=True: 16-bit KV only (with fp8 tiles the math warpgroups' "
-                             "registers leave no room for the merge: ptxas spills); remove it for "
-                             f"kv_dtype={self.kv_dtype!r}")
         if self.tile_tx_bytes > MAX_TX_BYTES:
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")

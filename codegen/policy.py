@@ -60,15 +60,16 @@ SEESAW_MAX_SPLITS = 1
 # sequences cut into more). Measured (bench/merge_ab.py, H200, graph replays, 2 rounds; combine time /
 # merged time, lockstep): 2 chunks 1.09-1.25x (b=32 s_k=8192 h=128 1.094, b=24 s_k=4096 h=128 1.102, b=32
 # s_k=2048 h=128 1.249, b=48 s_k=4096 h=64 1.103: no 26 us combine launch of 4,096 small CTAs), 3 chunks
-# 1.00-1.01x, 4 chunks 0.93-0.96x (the last CTA reads three partials in series at the tail), so 2.
+# 1.00-1.01x, 4 chunks 0.93-0.96x (the last CTA reads three partials in series at the tail), so 2. (That run
+# merged from the accumulator; the kept merge reads every partial back from L2, which leaves the fp8 kernels
+# no spills: two chunks 1.05-1.21x for 16-bit and 1.07-1.19x for per-tensor fp8, bench/RESULTS.md.)
 MERGE_MAX_SPLITS = 2
 # The counts live at the start of every CUDA workspace (zeroed when it is allocated; each merging CTA
 # resets its count, so they are zero between calls): one int per (sequence, head block) of a split
 # launch. Split launches of a merging variant (wave_splits 1) have at most SMs x CTAs per SM / 2 such
 # tiles, so 4096 covers GPUs of up to 8192 SMs; the runtime and the C launchers refuse a larger grid.
 MERGE_COUNTER_INTS = 4096
-# ... and where it is on by default: the sm90 MLA kernel with 16-bit KV (with fp8 tiles its math registers
-# leave no room for the merge: ptxas spills)
+# ... and its default on the sm90 MLA kernel (16-bit and fp8 KV)
 SM90_MERGE_IN_KERNEL = True
 
 

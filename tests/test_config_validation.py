@@ -160,8 +160,6 @@ INVALID = [
     (DecodeConfig, dict(CDNA, lazy_rescale=True), ["lazy_rescale=True", "cdna", "remove it"]),
     (DecodeConfig, dict(MLA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'sm80'", "remove it"]),
     (DecodeConfig, dict(CDNA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'cdna'"]),
-    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", merge_in_kernel=True),
-     ["merge_in_kernel=True", "16-bit KV only", "spills", "'fp8_e4m3'"]),
     (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
     (DecodeConfig, dict(GQA, kv_buffers=(KBUF, VBUF)), ["kv_buffers", "only the cdna backend"]),
     (DecodeConfig, dict(MLA, softmax="exp2"), ["DecodeConfig.softmax", "Extra inputs"]),
@@ -239,9 +237,9 @@ def test_one_config_class_per_backend():
 
 
 def test_merge_in_kernel_defaults_and_names():
-    """sm90: merge_in_kernel defaults to policy.SM90_MERGE_IN_KERNEL for 16-bit KV and off for fp8 (whose
-    math registers leave no room); a merging variant's name carries 'mk', its main kernel takes the
-    counts (before the tensor map), and its combine skips the sequences the main kernel merged."""
+    """sm90: merge_in_kernel defaults to policy.SM90_MERGE_IN_KERNEL for 16-bit and fp8 KV; a merging
+    variant's name carries 'mk', its main kernel takes the counts (before the tensor map), and its
+    combine skips the sequences the main kernel merged."""
     from kvforge.codegen import policy
     from kvforge.codegen.render import render_variant
     from kvforge.codegen.variant import Variant
@@ -249,7 +247,8 @@ def test_merge_in_kernel_defaults_and_names():
     plain16 = build(DecodeConfig, SM90)
     assert plain16.merge_in_kernel is policy.SM90_MERGE_IN_KERNEL
     fp8 = build(DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor"))
-    assert fp8.merge_in_kernel is False and fp8.merged_splits == 1
+    assert fp8.merge_in_kernel is policy.SM90_MERGE_IN_KERNEL
+    assert fp8.merged_splits == (policy.MERGE_MAX_SPLITS if policy.SM90_MERGE_IN_KERNEL else 1)
     on, off = (Variant(build(DecodeConfig, dict(SM90, merge_in_kernel=m))) for m in (True, False))
     assert "_mk_" in on.name and "_mk_" not in off.name
     assert on.config.merged_splits == policy.MERGE_MAX_SPLITS and off.config.merged_splits == 1

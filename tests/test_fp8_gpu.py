@@ -546,3 +546,35 @@ def test_fp8_plan_objects_run_their_layout():
     _check("gqa_decode", g, out, lse, causal=False)
     with pytest.raises(ValueError, match=r"kv_format"):
         dec.run(c.base.q, c.k.view(c.k.shape), c.base.block_table, c.base.seqlens, kv_scale=1.0)
+
+
+MERGE_STAGINGS = [("registers", "per_tensor", None), ("registers", "block", 64), ("fp8_ring", "fp8_ds_mla", None),
+                  ("slot", "per_tensor", None)]
+
+
+@pytest.mark.parametrize("staging,layout,block", MERGE_STAGINGS)
+@pytest.mark.parametrize("batch", [32, 20])
+def test_mla_fp8_sm90_merge_in_kernel(staging, layout, block, batch):
+    """merge_in_kernel on fp8 caches (each staging; 128 heads, so b=32 cuts sequences into 2 chunks and b=20
+    into 3 on 132 SMs): ragged lengths give sequences of 1 .. 3 chunks, merged by their last CTA up to
+    policy.MERGE_MAX_SPLITS and by the combine beyond; a second call on new lengths checks the counts were
+    reset (sm_90 only)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    kv = {"kv_dtype": "fp8_e4m3", "scale_mode": layout, "scale_block_size": block}
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, 1, kv, fp8_staging=staging).model_dump(
+        mode="json"), "merge_in_kernel": True})
+    rng = np.random.default_rng(batch)
+    for step in range(2):
+        base = [0, 1, 256, 257, 700, 1500, 513, 2000]
+        lens = [base[i % 8] for i in range(batch)] if step == 0 else [int(x) for x in rng.integers(1, 2100, batch)]
+        c = make_fp8_case("mla_decode", layout, block=block, batch=batch, s_q=1, hq=128, hkv=1, d=576, page_size=64,
+                          lens=lens, seed=batch + step)
+        out, lse = _poisoned(c, "mla_decode")
+        _run("mla_decode", c, out=out, lse=lse, config=cfg)
+        _check("mla_decode", c, out, lse, causal=False)

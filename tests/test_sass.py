@@ -349,7 +349,7 @@ def test_ring_path_kernels_still_read_16_bit_tiles_with_ldmatrix(tmp_path):
 
 
 def _merge_representatives():
-    """One 16-bit sm90 variant of each schedule with merge_in_kernel flipped (on where the
+    """One sm90 variant of each (schedule, fp8 staging) with merge_in_kernel flipped (on where the
     default matrix has it off, and the reverse), as (merging, plain) variant pairs."""
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
@@ -357,8 +357,8 @@ def _merge_representatives():
 
     picks = {}
     for v in ALL_SM90:
-        key = v.config.schedule
-        if key not in picks and not v.config.is_fp8:  # 16-bit KV only
+        key = (v.config.schedule, v.config.fp8_staging if v.config.is_fp8 else None)
+        if key not in picks:
             flip = Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"),
                                                 "merge_in_kernel": not v.config.merge_in_kernel}))
             picks[key] = (flip, v) if flip.config.merge_in_kernel else (v, flip)

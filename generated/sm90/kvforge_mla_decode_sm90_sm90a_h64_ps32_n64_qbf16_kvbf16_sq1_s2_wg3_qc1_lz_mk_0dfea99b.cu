@@ -51,7 +51,7 @@ constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr bool kMergeInKernel = true;
 constexpr int kMergeMaxSplits = 2;  // merge_in_kernel: the last CTA merges up to this many
-constexpr int kMergeBatch = 8;  // merge_in_kernel: another split's float2 loads in flight per thread
+constexpr int kMergeBatch = 8;  // merge_in_kernel: float2 loads per split in flight per thread
 constexpr int kSmemBytes = 231440;
 constexpr int kOffQ = 0;
 constexpr int kOffKV = 73728;
@@ -466,13 +466,13 @@ __device__ __forceinline__ bool last_to_finish(int* counters, const Work& w, int
   return last;
 }
 
-// The last CTA's merge of its rows (wgmma accumulator layout, as `epilogue` writes them), in place in
-// `o` (one other split's float2 at a time, so no more registers than the math's): weights
-// exp(lse_s - max) / sum over the splits, NaN rows if the guard refused any split.
-__device__ __forceinline__ void merge_partials(float (&o)[kColsPerWG / 2], const MathState& st, const RowMap& rows,
-                                               const Work& w, const float (&inv)[2], const float (&row_lse)[2],
-                                               T* out, float* lse, const float* part_o, const float* part_lse,
-                                               int s_q, int num_q_heads, int num_splits) {
+// The last CTA's merge of its rows (wgmma accumulator layout, as `epilogue` wrote them): every split's
+// partial read back from L2, its own included (the accumulator is dead by then, so the merge needs no
+// registers beyond a batch of loads, whatever the math held), weighted by exp(lse_s - max) / sum; NaN rows
+// if the guard refused any split.
+__device__ __forceinline__ void merge_partials(const MathState& st, const RowMap& rows, const Work& w,
+                                               const float (&row_lse)[2], T* out, float* lse, const float* part_o,
+                                               const float* part_lse, int s_q, int num_q_heads, int num_splits) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = st.row[h];
@@ -480,55 +480,51 @@ __device__ __forceinline__ void merge_partials(float (&o)[kColsPerWG / 2], const
     const int qi = rows.qi(r), head = rows.head(r);
     const long long prow0 = (static_cast<long long>(w.b) * num_splits * s_q + qi) * num_q_heads + head;
     const long long split_step = static_cast<long long>(s_q) * num_q_heads;
+    float wt[kMergeMaxSplits];
     float mx = neg_inf();
     bool refused = false;
 #pragma unroll
     for (int s = 0; s < kMergeMaxSplits; ++s) {
-      if (s >= w.n_splits) break;
-      const float l = s == w.split ? row_lse[h] : __ldcg(part_lse + prow0 + s * split_step);
-      refused |= l != l;
-      mx = fmaxf(mx, l);
+      wt[s] = s >= w.n_splits ? neg_inf() : s == w.split ? row_lse[h] : __ldcg(part_lse + prow0 + s * split_step);
+      refused |= wt[s] != wt[s];
+      mx = fmaxf(mx, wt[s]);
     }
     const float base = mx == neg_inf() ? 0.f : mx;
     float sum = 0.f;
 #pragma unroll
     for (int s = 0; s < kMergeMaxSplits; ++s) {
-      if (s >= w.n_splits) break;
-      sum += expf((s == w.split ? row_lse[h] : __ldcg(part_lse + prow0 + s * split_step)) - base);
+      wt[s] = s < w.n_splits ? expf(wt[s] - base) : 0.f;
+      sum += wt[s];
     }
     const float norm = sum > 0.f ? 1.f / sum : 0.f;
-    const float own = expf(row_lse[h] - base) * norm * inv[h];
 #pragma unroll
-    for (int i = 0; i < kColsPerWG / 8; ++i) {
-      o[4 * i + 2 * h] *= own;
-      o[4 * i + 2 * h + 1] *= own;
-    }
+    for (int s = 0; s < kMergeMaxSplits; ++s) wt[s] *= norm;
+    const float* src = part_o + prow0 * kDv + st.g * kColsPerWG + 2 * st.tq;
+    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
+    T* dst = out + orow * kDv + st.g * kColsPerWG + 2 * st.tq;
+    // batches of kMergeBatch column pairs per split, the loads of a batch in flight together
 #pragma unroll 1
-    for (int s = 0; s < w.n_splits; ++s) {
-      if (s == w.split) continue;
-      const float wt = expf(__ldcg(part_lse + prow0 + s * split_step) - base) * norm;
-      const float* src = part_o + (prow0 + s * split_step) * kDv + st.g * kColsPerWG + 2 * st.tq;
-      // fully unrolled (o is indexed by i: a partial unroll would put o in local memory), in batches of
-      // kMergeBatch loads that the compiler may not hoist past each other (the math's registers hold o)
+    for (int i0 = 0; i0 < kColsPerWG / 8; i0 += kMergeBatch) {
+      float2 acc[kMergeBatch];
 #pragma unroll
-      for (int i0 = 0; i0 < kColsPerWG / 8; i0 += kMergeBatch) {
+      for (int j = 0; j < kMergeBatch; ++j) acc[j] = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int s = 0; s < kMergeMaxSplits; ++s) {
+        if (s >= w.n_splits) break;
         float2 p[kMergeBatch];
 #pragma unroll
-        for (int j = 0; j < kMergeBatch; ++j) p[j] = __ldcg(reinterpret_cast<const float2*>(src + (i0 + j) * 8));
+        for (int j = 0; j < kMergeBatch; ++j)
+          p[j] = __ldcg(reinterpret_cast<const float2*>(src + s * split_step * kDv + (i0 + j) * 8));
 #pragma unroll
         for (int j = 0; j < kMergeBatch; ++j) {
-          o[4 * (i0 + j) + 2 * h] += wt * p[j].x;
-          o[4 * (i0 + j) + 2 * h + 1] += wt * p[j].y;
+          acc[j].x += wt[s] * p[j].x;
+          acc[j].y += wt[s] * p[j].y;
         }
-        asm volatile("" ::: "memory");
       }
-    }
-    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
 #pragma unroll
-    for (int i = 0; i < kColsPerWG / 8; ++i) {
-      const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
-      const float v0 = refused ? nan_f() : o[4 * i + 2 * h], v1 = refused ? nan_f() : o[4 * i + 2 * h + 1];
-      *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
+      for (int j = 0; j < kMergeBatch; ++j)
+        *reinterpret_cast<u32*>(dst + (i0 + j) * 8) =
+            OutPack::pack(refused ? nan_f() : acc[j].x, refused ? nan_f() : acc[j].y);
     }
     if (st.g == 0 && st.tq == 0)
       lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] =
@@ -540,7 +536,7 @@ __device__ __forceinline__ void merge_partials(float (&o)[kColsPerWG / 2], const
 // maxima: each thread's st.m, or (kMaxInSmem, the seesaw) `row_max` in shared memory, read after the
 // barrier that also orders the other warpgroup's last stores to it.
 template <bool kMaxInSmem = false>
-__device__ __forceinline__ void epilogue(float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
+__device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
                                          const Work& w, float* red_sum, T* out, float* lse, float* part_o,
                                          float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale,
                                          int* merge_counters, const float* row_max = nullptr) {
@@ -553,21 +549,21 @@ __device__ __forceinline__ void epilogue(float (&o)[kColsPerWG / 2], MathState& 
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.l[h] = red_sum[st.row[h]] + red_sum[kQRows + st.row[h]];
   const bool direct = w.n_splits == 1;
-  float inv[2], row_lse[2];  // kept for merge_partials
+  float row_lse[2] = {neg_inf(), neg_inf()};  // kept for merge_partials
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = st.row[h];
-    inv[h] = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
-    const float m = kMaxInSmem ? row_max[r] : st.m[h];
-    row_lse[h] = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
     if (!rows.valid(r)) continue;
     const int qi = rows.qi(r), head = rows.head(r);
+    const float inv = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
+    const float m = kMaxInSmem ? row_max[r] : st.m[h];
+    row_lse[h] = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
     const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
     const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
 #pragma unroll
     for (int i = 0; i < kColsPerWG / 8; ++i) {
       const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
-      const float v0 = o[4 * i + 2 * h] * inv[h], v1 = o[4 * i + 2 * h + 1] * inv[h];
+      const float v0 = o[4 * i + 2 * h] * inv, v1 = o[4 * i + 2 * h + 1] * inv;
       if (direct) {
         *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
       } else {
@@ -583,7 +579,7 @@ __device__ __forceinline__ void epilogue(float (&o)[kColsPerWG / 2], MathState& 
     if (!direct && w.n_splits <= kMergeMaxSplits &&
         last_to_finish(merge_counters, w, reinterpret_cast<int*>(red_sum), st.g * 128 + st.lt,
                        [] { wg::named_sync(kBarMath, kMathThreads); }))
-      merge_partials(o, st, rows, w, inv, row_lse, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
+      merge_partials(st, rows, w, row_lse, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
   }
 }
 
