@@ -4,10 +4,14 @@ policy.MERGE_MAX_SPLITS chunks, counted by an atomic), under both schedules, on 
 sequences (2, 3, 4, 8 and 64 chunks on 132 SMs), with FlashInfer in the same captures.
 
     python bench/merge_ab.py [--rounds 3] [--no-flashinfer] [--quick] [--layout per_tensor|block|fp8_ds_mla]
+                             [--max-splits N]
 
 --quick: the lockstep only, with and without the merge, on the two-chunk shapes. --layout: an fp8 cache in that
 layout (the built-in fp8 staging of split launches, 'registers' under the lockstep; block scales of 64), with and
-without the merge (no FlashInfer column).
+without the merge (no FlashInfer column). --max-splits N: policy.MERGE_MAX_SPLITS set to N for this process (the
+kernels render and cache by source, so nothing collides), the lockstep with and without the merge on launches
+cutting sequences into 3 and 4 chunks: whether the merge (every partial read back from L2, the chunks' loads in
+flight together) now beats the combine there too.
 
 Same method as bench/bench.py: CUDA-graph replays of one call per KV copy (copies rotating past the
 L2), every call of a shape captured together and timed in rounds of rotating order, the median per
@@ -38,6 +42,8 @@ NAMES = ("lockstep", "lockstep+merge", "seesaw", "seesaw+merge")
 TWO_CHUNKS = [SHAPES[5]] + [Shape("mla_decode", b, s_k, h) for b, s_k, h in ((24, 4096, 128), (32, 2048, 128),
                                                                                (48, 4096, 64))]
 BLOCK = 64  # --layout block: the scale block size
+THREE_FOUR = [Shape("mla_decode", b, s_k, h) for b, s_k, h in ((16, 8192, 128), (20, 8192, 128), (32, 4096, 64),
+                                                               (40, 8192, 64), (16, 4096, 128))]
 
 
 def configs(sh, names, layout=None) -> dict:
@@ -54,9 +60,14 @@ def main() -> int:
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--quick", action="store_true", help="the lockstep only, two-chunk shapes")
     ap.add_argument("--layout", choices=("per_tensor", "block", "fp8_ds_mla"), help="an fp8 cache in this layout")
+    ap.add_argument("--max-splits", type=int, help="policy.MERGE_MAX_SPLITS for this process; 3-4 chunk launches")
     args = ap.parse_args()
-    names = NAMES[:2] if args.quick or args.layout else NAMES
-    shapes = TWO_CHUNKS if args.quick or args.layout else SPLIT_SHAPES
+    if args.max_splits:
+        from kvforge.codegen import policy
+
+        policy.MERGE_MAX_SPLITS = args.max_splits
+    names = NAMES[:2] if args.quick or args.layout or args.max_splits else NAMES
+    shapes = THREE_FOUR if args.max_splits else TWO_CHUNKS if args.quick or args.layout else SPLIT_SHAPES
     print(f"KV: {args.layout or 'bf16'}")
     print("| shape | " + " | ".join(f"{n} ms" for n in names) + " | lockstep / lockstep+merge | "
           + ("lockstep / seesaw+merge | " if len(names) > 2 else "") + "FlashInfer ms | FlashInfer / best | rel |")

@@ -59,11 +59,11 @@ class DeviceBuffer:
         from .launch import _check, _relaxed_capture_mode
 
         self.device_id, self.nbytes = device_id, max(int(nbytes), 1)
+        if zero_bytes % 4 or not 0 <= zero_bytes <= self.nbytes:
+            raise ValueError(f"zero_bytes={zero_bytes}: a multiple of 4 up to nbytes={self.nbytes}")
         with on_device(device_id), _relaxed_capture_mode():
             (ptr,) = _check(driver.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})")
             if zero_bytes:
-                if zero_bytes % 4 or zero_bytes > self.nbytes:
-                    raise ValueError(f"zero_bytes={zero_bytes}: a multiple of 4 up to nbytes={self.nbytes}")
                 flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
                 (stream,) = _check(driver.cuStreamCreate(flags), "cuStreamCreate")
                 try:

@@ -521,3 +521,31 @@ def test_mla_sm90_merge_in_kernel_with_a_refused_split(schedule):
     kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse, config=cfg)
     _check("mla_decode", case, out, lse, causal=False)
     kvforge.check_errors()
+
+
+def test_a_zeroed_workspace_allocated_inside_a_graph_capture():
+    """A split call's first use of a stream's workspace may fall inside a CUDA-graph capture: allocating it
+    and zeroing its merge counts (cuMemAlloc and a memset on a private non-blocking stream, in a relaxed
+    capture mode) must leave the capture valid, and the counts must read back zero."""
+    import torch
+    from cuda.bindings import driver
+
+    from kvforge.runtime.memory import DeviceBuffer
+    from kvforge.runtime.plan import WORKSPACE_PREFIX_BYTES
+
+    x = torch.zeros(4, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x.add_(1)
+        buf = DeviceBuffer(0, WORKSPACE_PREFIX_BYTES + (1 << 20), zero_bytes=WORKSPACE_PREFIX_BYTES)
+        x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert x.tolist() == [2.0] * 4  # both captured adds replayed: the capture stayed valid
+    host = np.full(WORKSPACE_PREFIX_BYTES // 4, -1, dtype=np.int32)
+    (err,) = driver.cuMemcpyDtoH(host.ctypes.data, buf.ptr, WORKSPACE_PREFIX_BYTES)
+    assert err == driver.CUresult.CUDA_SUCCESS, err
+    assert (host == 0).all()
+    with pytest.raises(ValueError, match="zero_bytes=6: a multiple of 4"):
+        DeviceBuffer(0, 64, zero_bytes=6)
