@@ -10,7 +10,7 @@ sequences (2, 3, 4, 8 and 64 chunks on 132 SMs), with FlashInfer in the same cap
 layout (the built-in fp8 staging of split launches, 'registers' under the lockstep; block scales of 64), with and
 without the merge (no FlashInfer column). --max-splits N: policy.MERGE_MAX_SPLITS set to N for this process (the
 kernels render and cache by source, so nothing collides), the lockstep with and without the merge on launches
-cutting sequences into 3 and 4 chunks: whether the merge (every partial read back from L2, the chunks' loads in
+cutting sequences into 3, 4 and 8 chunks: whether the merge (every partial read back from L2, the chunks' loads in
 flight together) now beats the combine there too.
 
 Same method as bench/bench.py: CUDA-graph replays of one call per KV copy (copies rotating past the
@@ -43,7 +43,8 @@ TWO_CHUNKS = [SHAPES[5]] + [Shape("mla_decode", b, s_k, h) for b, s_k, h in ((24
                                                                                (48, 4096, 64))]
 BLOCK = 64  # --layout block: the scale block size
 THREE_FOUR = [Shape("mla_decode", b, s_k, h) for b, s_k, h in ((16, 8192, 128), (20, 8192, 128), (32, 4096, 64),
-                                                               (40, 8192, 64), (16, 4096, 128))]
+                                                               (40, 8192, 64), (16, 4096, 128), (8, 4096, 128),
+                                                               (16, 4096, 64))]  # 4, 3, 4, 3, 4, 8, 8 chunks
 
 
 def configs(sh, names, layout=None) -> dict:

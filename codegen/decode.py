@@ -267,6 +267,12 @@ class DecodeConfig(BaseModel):
         return policy.MERGE_MAX_SPLITS if self.merge_in_kernel else 1
 
     @property
+    def merge_batch(self) -> int:
+        """merge_in_kernel: column pairs per split a merging thread loads at once (all splits' together:
+        16 float2 in flight, at least 2 per split)."""
+        return max(2, 16 // self.merged_splits)
+
+    @property
     def rescale_slack_log2(self) -> float:
         """How far (log2 units) a tile's row maximum may exceed the running one before the running
         maximum moves and the output is rescaled: 0 (every increase) or, with lazy_rescale,
