@@ -257,4 +257,5 @@ def test_merge_in_kernel_defaults_and_names():
     src_on, src_off = render_variant(on), render_variant(off)
     assert f"if (n <= {policy.MERGE_MAX_SPLITS}) return;" in src_on and "if (n <= 1) return;" in src_off
     assert "constexpr bool kMergeInKernel = true;" in src_on and "constexpr bool kMergeInKernel = false;" in src_off
-    assert "last_to_finish(merge_counters" in src_on
+    refused = "last_to_finish(merge_counters, w, reinterpret_cast<int*>(smem + kOffRedSum)"  # a refused CTA counts
+    assert refused in src_on and refused not in src_off
