@@ -29,7 +29,7 @@ from .call_args import CallShape, check_ranges_on_host, validate
 from .kv_format import KVFormat, planned_format, scale_values
 from .device import device_arch, on_device, sm_count
 from .launch import LaunchError
-from .plan import WORKSPACE_PREFIX_BYTES, DecodePlan
+from .plan import WORKSPACE_PREFIX_BYTES, DecodePlan, workspace_floats_for
 
 
 # ---- plans ------------------------------------------------------------------------------------
@@ -518,7 +518,7 @@ class _DecodeObject:
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms,
                                      config.wave_splits)
         self._workspace = None
-        self._workspace_floats = WORKSPACE_PREFIX_BYTES // 4 + rows * (1 + config.head_dim_v)
+        self._workspace_floats = workspace_floats_for(rows, config.head_dim_v)
         self._source = _FixedPlan(self)
         self._runner = _Runner(self.family)
 

@@ -34,14 +34,9 @@ def record_ptr(device_id: int) -> int:
 
 
 def _allocate(device_id: int) -> "DeviceBuffer":
-    from cuda.bindings import driver
-
-    from .launch import _check
     from .memory import DeviceBuffer
 
-    buf = DeviceBuffer(device_id, ERROR_RECORD_INTS * 4)
-    _check(driver.cuMemsetD32(buf.ptr, 0, ERROR_RECORD_INTS), "cuMemsetD32(error record)")
-    return buf
+    return DeviceBuffer(device_id, ERROR_RECORD_INTS * 4, zero_bytes=ERROR_RECORD_INTS * 4)
 
 
 def describe(record) -> str:

@@ -41,6 +41,11 @@ def uses_pdl(config) -> bool:
 # variant, so the plans of one plan object (which may differ by batch) share one workspace safely.
 WORKSPACE_PREFIX_BYTES = 4 * policy.MERGE_COUNTER_INTS
 
+
+def workspace_floats_for(rows: int, head_dim_v: int) -> int:
+    """fp32 words of a workspace holding `rows` partial rows (out of head_dim_v, and lse) after the prefix."""
+    return WORKSPACE_PREFIX_BYTES // 4 + rows * (1 + head_dim_v)
+
 # The main kernel's arguments a call writes, in this order (the rest follow from the contract).
 CALL_ARGS = ("q", "k_cache", "v_cache", "block_table", "seqlens", "out", "lse", "part_o", "part_lse", "s_q",
              "num_q_heads", "num_kv_heads", "num_pages", "max_pages", "num_splits", "scale_log2", "causal")
@@ -128,10 +133,10 @@ class DecodePlan:
 
             blocks = self.config.head_blocks(num_q_heads, num_kv_heads)
             pairs = policy.split_pairs_bound(blocks, self.config.ctas_per_sm, self.num_sms, self.config.wave_splits)
-            floats = pairs * s_q * num_q_heads * (1 + self.head_dim_v)
+            floats = workspace_floats_for(pairs * s_q * num_q_heads, self.head_dim_v)
             if self.launcher.platform != "cuda":
                 raise RuntimeError("stream workspaces are CUDA allocations; HIP calls allocate through torch")
-            buf = self._stream_workspaces[key] = DeviceBuffer(self.device_id, WORKSPACE_PREFIX_BYTES + 4 * floats,
+            buf = self._stream_workspaces[key] = DeviceBuffer(self.device_id, 4 * floats,
                                                               zero_bytes=WORKSPACE_PREFIX_BYTES)
         return buf.ptr
 
@@ -164,7 +169,7 @@ class DecodePlan:
         prefix (WORKSPACE_PREFIX_BYTES), the partial out rows, then the partial lse rows."""
         if splits <= 1:
             return 0
-        return WORKSPACE_PREFIX_BYTES // 4 + batch * splits * s_q * num_q_heads * (1 + self.head_dim_v)
+        return workspace_floats_for(batch * splits * s_q * num_q_heads, self.head_dim_v)
 
     def launch_packed(self, sizes: tuple, ptrs: tuple, workspace: int, scale_log2: float, causal: int,
                       stream: int, kv_scales: tuple | None = None) -> None:

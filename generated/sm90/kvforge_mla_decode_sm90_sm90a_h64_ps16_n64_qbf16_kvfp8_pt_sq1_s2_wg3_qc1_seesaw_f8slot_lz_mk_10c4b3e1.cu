@@ -469,10 +469,10 @@ __device__ __forceinline__ void zero_v_tail(unsigned char* stage, int valid, con
 // merge_in_kernel: a sequence cut into 2 .. kMergeMaxSplits chunks is merged by the last of its CTAs (per
 // head block) to finish, not by the combine kernel. Each such CTA stores its partials, fences them
 // device-wide and counts itself in merge_counters[tile]; the one whose count completes n_splits resets
-// it (the counts are zero between calls: the workspace is zeroed once) and merges the rows, its own
-// from registers and the other splits' from L2 (ld.global.cg). A CTA the guard refused counts itself too.
-// Whether this CTA is the last of its tile's splits to finish: called by `threads` threads, thread t, each
-// after its partial stores; `sync` is their barrier, `flag` a shared word nobody else uses until it returns.
+// it (the counts are zero between calls: the workspace is zeroed once) and merges the rows, every split's
+// read back from L2 (ld.global.cg). A CTA the guard refused counts itself too.
+// Whether this CTA is the last of its tile's splits to finish: called by every thread that `sync` (their
+// barrier) joins, as thread t, each after its partial stores; `flag` a shared word nobody else uses meanwhile.
 template <typename Sync>
 __device__ __forceinline__ bool last_to_finish(int* counters, const Work& w, int* flag, int t, Sync sync) {
   __threadfence();  // this thread's partial stores are visible device-wide before the count
