@@ -9,7 +9,9 @@ INDEX is a position in bench.SHAPES. Profile it with, e.g.,
     ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:decode \\
         --section SpeedOfLight --section WarpStateStats python bench/profile_case.py 3
 
-The calls run eagerly (no graph), so a kernel filter and --launch-skip pick one warm launch.
+The calls run eagerly (no graph), so a kernel filter and --launch-skip pick one warm launch; a first call
+(compiling, planning) runs before a profiler range that holds the --calls calls, so `ncu --profile-from-start off`
+sees only those (every kernel of a call: the main kernel, a combine, a peer's own kernels).
 `--set kv_load=tma` (repeatable; values parsed as JSON where they parse, else taken as strings) pins
 the built-in config of the shape with those fields changed, e.g. to profile another producer.
 """
@@ -50,9 +52,13 @@ def main() -> int:
         call = lambda: peer(0)  # noqa: E731
     else:
         call = lambda: run_kvforge(sh, q, *kv[0], bt, lens, config=config)  # noqa: E731
+    call()  # compiles and loads (kvforge) or plans (the peer) before the profiled range
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()  # `ncu --profile-from-start off` profiles only the calls below
     for _ in range(args.calls):
         call()
     torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
     print("profiled", sh.label, args.layout or "16-bit", args.peer or "kvforge", config.name if config else "")
     return 0
 
