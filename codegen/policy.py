@@ -62,7 +62,9 @@ SEESAW_MAX_SPLITS = 1
 # s_k=2048 h=128 1.249, b=48 s_k=4096 h=64 1.103: no 26 us combine launch of 4,096 small CTAs), 3 chunks
 # 1.00-1.01x, 4 chunks 0.93-0.96x (the last CTA reads three partials in series at the tail), so 2. (That run
 # merged from the accumulator; the kept merge reads every partial back from L2, which leaves the fp8 kernels
-# no spills: two chunks 1.05-1.21x for 16-bit and 1.07-1.19x for per-tensor fp8, bench/RESULTS.md.)
+# no spills: two chunks 1.05-1.21x for 16-bit and 1.07-1.19x for per-tensor fp8, bench/RESULTS.md. The kept
+# merge at MERGE_MAX_SPLITS 8, `merge_ab.py --max-splits 8`: 3 chunks 0.91-0.93x, 4 chunks 0.72-0.80x, 8 chunks
+# 0.41-0.45x, so 2 stays.)
 MERGE_MAX_SPLITS = 2
 # The counts live at the start of every CUDA workspace (zeroed when it is allocated; each merging CTA
 # resets its count, so they are zero between calls): one int per (sequence, head block) of a split
