@@ -61,6 +61,7 @@ FP8_MATH_REGS = 184
 FP8_SLOT_PRODUCER_REGS = 72
 FP8_SLOT_MATH_REGS = 216
 FP8_BOX_COLS = 128          # fp8 columns per TMA box (128 bytes, the swizzle span)
+MAX_L2_PREFETCH_TILES = 4   # l2_prefetch_tiles: tiles ahead at most (each 72 KB of L2 per CTA)
 
 
 def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
@@ -90,6 +91,12 @@ class Sm90DecodeConfig(DecodeConfig):
                                "default here (policy.SM90_LAZY_RESCALE has the measurement)")
     merge_in_kernel: bool = Field(default=policy.SM90_MERGE_IN_KERNEL, description="DecodeConfig.merge_in_kernel, "
                                   "on by default here (policy.SM90_MERGE_IN_KERNEL has the measurement)")
+
+    l2_prefetch_tiles: int = Field(
+        default=policy.SM90_L2_PREFETCH_TILES, ge=0, le=MAX_L2_PREFETCH_TILES,
+        description="TMA producers (16-bit KV, fp8_staging='slot'): when a tile's loads are issued, also prefetch "
+        "the tile this many ahead into L2 (cp.async.bulk.prefetch.tensor), so the load that refills a slot as soon "
+        "as it frees finds its bytes in L2 rather than DRAM; 0: off")
 
     fp8_staging: Literal["fp8_ring", "registers", "slot"] = Field(
         default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "
@@ -137,6 +144,10 @@ class Sm90DecodeConfig(DecodeConfig):
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
+        if self.l2_prefetch_tiles and self.is_fp8 and not self.converts_in_slot:
+            raise ValueError(f"{where}.l2_prefetch_tiles={self.l2_prefetch_tiles}: the L2 prefetch is for the TMA "
+                             f"producers (16-bit KV, or fp8_staging='slot'); fp8_staging={self.fp8_staging!r} loads "
+                             "by bulk copies: set it to 0")
         if self.tile_tx_bytes > MAX_TX_BYTES:
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
@@ -396,7 +407,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
-                + (["f8slot"] if self.converts_in_slot else []))
+                + (["f8slot"] if self.converts_in_slot else [])
+                + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

@@ -74,6 +74,12 @@ MERGE_COUNTER_INTS = 4096
 # ... and its default on the sm90 MLA kernel (16-bit and fp8 KV)
 SM90_MERGE_IN_KERNEL = True
 
+# l2_prefetch_tiles (sm90 MLA, TMA producers): the producer also prefetches the tile this many ahead into L2
+# when it issues a tile's loads. The ring has two 72 KB stages, so a slot's refill is issued only when the slot
+# frees, and the 128-head seesaw's warpgroup 1 then waits on it (its QK of the next B: the hottest stall,
+# 14.5% of the kernel's samples, seventeenth session's profile). Off until measured (bench/prefetch_ab.py).
+SM90_L2_PREFETCH_TILES = 0
+
 
 def min_keys_per_split(block_n: int) -> int:
     """The planner never cuts a sequence into chunks shorter than this."""

@@ -160,6 +160,10 @@ INVALID = [
     (DecodeConfig, dict(CDNA, lazy_rescale=True), ["lazy_rescale=True", "cdna", "remove it"]),
     (DecodeConfig, dict(MLA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'sm80'", "remove it"]),
     (DecodeConfig, dict(CDNA, merge_in_kernel=True), ["merge_in_kernel=True", "'sm90' only", "'cdna'"]),
+    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", l2_prefetch_tiles=2),
+     ["l2_prefetch_tiles=2", "TMA producers", "fp8_staging='registers'", "set it to 0"]),
+    (DecodeConfig, dict(SM90, l2_prefetch_tiles=5), ["l2_prefetch_tiles", "less than or equal to 4"]),
+    (DecodeConfig, dict(MLA, l2_prefetch_tiles=1), ["l2_prefetch_tiles", "only the sm90 backend"]),
     (DecodeConfig, dict(CDNA, kv_buffers=(VBUF, KBUF)), ["expected (K with depth 128"]),
     (DecodeConfig, dict(GQA, kv_buffers=(KBUF, VBUF)), ["kv_buffers", "only the cdna backend"]),
     (DecodeConfig, dict(MLA, softmax="exp2"), ["DecodeConfig.softmax", "Extra inputs"]),
@@ -259,3 +263,20 @@ def test_merge_in_kernel_defaults_and_names():
     assert "constexpr bool kMergeInKernel = true;" in src_on and "constexpr bool kMergeInKernel = false;" in src_off
     refused = "last_to_finish(merge_counters, w, reinterpret_cast<int*>(smem + kOffRedSum)"  # a refused CTA counts
     assert refused in src_on and refused not in src_off
+
+
+def test_l2_prefetch_defaults_and_names():
+    """sm90: l2_prefetch_tiles defaults to policy.SM90_L2_PREFETCH_TILES; a prefetching variant's name carries
+    'pf<n>' and its source the constant its producers read; the 'slot' fp8 staging (TMA) takes it too."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.render import render_variant
+    from kvforge.codegen.variant import Variant
+
+    assert build(DecodeConfig, SM90).l2_prefetch_tiles == policy.SM90_L2_PREFETCH_TILES
+    on, off = (Variant(build(DecodeConfig, dict(SM90, l2_prefetch_tiles=n))) for n in (2, 0))
+    assert "_pf2_" in on.name and "_pf" not in off.name
+    assert "constexpr int kL2PrefetchTiles = 2;" in render_variant(on)
+    assert "constexpr int kL2PrefetchTiles = 0;" in render_variant(off)
+    slot = build(DecodeConfig, dict(SM90, schedule="seesaw", kv_dtype="fp8_e4m3", scale_mode="per_tensor",
+                                    fp8_staging="slot", l2_prefetch_tiles=1))
+    assert "_pf1_" in Variant(slot).name

@@ -122,6 +122,31 @@ def test_mla_sm90_seesaw_schedule(s_q, heads, page_size, lens, chains):
     _check("mla_decode", case, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("ahead", [1, 2, 4])
+@pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
+@pytest.mark.parametrize("s_q,heads,page_size,lens", [(1, 128, 64, [0, 1, 333, 130, 4100]), (2, 64, 16, [9000]),
+                                                      (1, 64, 128, [65, 200, 3000])])
+def test_mla_sm90_l2_prefetch(ahead, schedule, s_q, heads, page_size, lens):
+    """l2_prefetch_tiles: the TMA producers also prefetch the tile `ahead` into L2, never past the CTA's
+    last tile; the outputs are the reference's whatever the chunk's tile count (fewer tiles than `ahead`,
+    lengths 0/1, partial last tiles), split or not, causal s_q = 2, pages of 16, 64 and 128 keys."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json"),
+                               "schedule": schedule, "l2_prefetch_tiles": ahead})
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size, lens=lens,
+                     seed=ahead + s_q + heads)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
 @pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
 @pytest.mark.parametrize("scale", [None, 0.3, 1.0])

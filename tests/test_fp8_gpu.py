@@ -167,6 +167,27 @@ def test_mla_fp8_sm90_each_staging(staging, layout, block, heads, s_q, page_size
     _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("heads,lens", [(128, [0, 1, 333, 4100]), (64, [9000])])
+def test_mla_fp8_sm90_slot_with_l2_prefetch(heads, lens):
+    """The seesaw's in-slot fp8 conversion with l2_prefetch_tiles=2: each sub-stage producer also prefetches
+    its fp8 columns of the tile two ahead into L2 (sm_90 only)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
+    base = sm90_choice("mla_decode", "bf16", 64, 1, kv, fp8_staging="slot")
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "l2_prefetch_tiles": 2})
+    c = make_fp8_case("mla_decode", "per_tensor", block=None, batch=len(lens), s_q=1, hq=heads, hkv=1, d=576,
+                      page_size=64, lens=lens, seed=heads + 7)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=False, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=False)
+
+
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
 @pytest.mark.parametrize("staging", ["registers", "slot"])
 @pytest.mark.parametrize("heads,s_q,lens", [(64, 1, LENS_RAGGED), (128, 1, [9000])])

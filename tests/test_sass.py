@@ -385,3 +385,47 @@ def test_merge_in_kernel_adds_the_count_and_keeps_the_wgmma_pipeline(pair, tmp_p
     assert re.search(r"\bMEMBAR\.(?:SC\.)?GPU\b|\bMEMBAR\.ALL\.GPU\b", ms), "no device-wide fence"
     assert (mk.resources.spill_store_bytes, mk.resources.spill_load_bytes) <= (
         pk.resources.spill_store_bytes, pk.resources.spill_load_bytes), (mk.resources, pk.resources)
+
+
+def _prefetch_representatives():
+    """One sm90 TMA-producer variant of each (schedule, fp8 staging) with l2_prefetch_tiles=2, as
+    (prefetching, plain) pairs; the plain one is the default matrix's (prefetch off by default)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+
+    picks = {}
+    for v in ALL_SM90:
+        if v.config.is_fp8 and not v.config.converts_in_slot:
+            continue  # bulk-copy producers: no tensor map to prefetch through (config validation says so)
+        key = (v.config.schedule, v.config.fp8_staging if v.config.is_fp8 else None)
+        if key not in picks and v.config.l2_prefetch_tiles == 0:
+            on = Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"), "l2_prefetch_tiles": 2}))
+            picks[key] = (on, v)
+    return list(picks.values())
+
+
+def test_the_prefetch_representatives_cover_every_tma_producer():
+    assert {(p.config.schedule, p.config.converts_in_slot) for p, _ in _prefetch_representatives()} == {
+        ("lockstep", False), ("seesaw", False), ("seesaw", True)}
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("pair", _prefetch_representatives(), ids=lambda p: p[0].name)
+def test_l2_prefetch_issues_tma_prefetches_from_the_producers_only(pair, tmp_path):
+    """l2_prefetch_tiles: the producers issue tensor prefetches into L2 (UTMAPF), one per column box of
+    the tile ahead, and nothing else changes: the math's wgmmas and waits, the TMA loads, no more spills (the
+    fp8 slot kernels' producers spill a few bytes either way)."""
+    from kvforge.runtime import compile
+
+    on, off = pair
+    assert "_pf2_" in on.name and "_pf" not in off.name
+    ok, fk = compile(on), compile(off)
+    assert not [ln for ln in ok.log.splitlines() if "serialized" in ln or "C7517" in ln]
+    os_, fs = sass_functions(ok.cubin, tmp_path)[on.name], sass_functions(fk.cubin, tmp_path)[off.name]
+    assert re.search(r"\bUTMAPF\b", os_) and not re.search(r"\bUTMAPF\b", fs), "no TMA prefetch (UTMAPF)"
+    for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR", r"\bUTMALDG\b"):
+        assert len(re.findall(op, os_)) == len(re.findall(op, fs)), op
+    assert ok.resources.spill_store_bytes <= fk.resources.spill_store_bytes and \
+        ok.resources.spill_load_bytes <= fk.resources.spill_load_bytes, (ok.resources, fk.resources)
