@@ -77,7 +77,9 @@ SM90_MERGE_IN_KERNEL = True
 # l2_prefetch_tiles (sm90 MLA, TMA producers): the producer also prefetches the tile this many ahead into L2
 # when it issues a tile's loads. The ring has two 72 KB stages, so a slot's refill is issued only when the slot
 # frees, and the 128-head seesaw's warpgroup 1 then waits on it (its QK of the next B: the hottest stall,
-# 14.5% of the kernel's samples, seventeenth session's profile). Off until measured (bench/prefetch_ab.py).
+# 14.5% of the kernel's samples, seventeenth session's profile). Off until measured (bench/prefetch_ab.py). (The
+# eleventh session's bulk-copy prefetch of fp8 page runs for the 'slot' staging changed nothing beyond noise:
+# there the conversion, not the load, held the slot.)
 SM90_L2_PREFETCH_TILES = 0
 
 
