@@ -133,8 +133,10 @@ def make_inputs(sh: Shape, copies: int):
 
 
 def run_kvforge(sh, q, k, v, bt, lens, config=None):
+    """kvforge's call; MLA passes the longest length as the max_seq_len hint (what an engine's metadata holds on
+    the host, as FlashInfer's plan() gets the lengths): it picks the schedule of long split chunks."""
     if sh.family == "mla_decode":
-        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, config=config)[0]
+        return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, config=config, max_seq_len=sh.s_k)[0]
     return kvforge.gqa_decode(q, k, v, bt, lens, config=config)[0]
 
 

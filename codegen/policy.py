@@ -53,6 +53,15 @@ SM90_LAZY_RESCALE = True
 # the seesaw needs long chunks (it loses 7-11% at 16 tiles per CTA, wins 2-6% from 32), and the plan's
 # chunk count is what the host knows of their length (shapes only).
 SEESAW_MAX_SPLITS = 1
+# ... and split launches whose longest chunk is long, where the caller says so (`max_seq_len`, a host-side hint:
+# the plan alone knows no lengths): the seesaw when the chunk of the longest sequence has at least
+# SEESAW_SPLIT_MIN_TILES 64-key tiles and the grid has at least SEESAW_SPLIT_MIN_HEAD_BLOCKS head blocks (their
+# CTAs read the same tiles). Measured (H200, graph replays; lockstep time / seesaw time, 16-bit): 128 heads,
+# 32+ tiles per chunk 1.02-1.06x (b=32 s_k=8192 1.055 with both merging, b=24 s_k=4096 1.03, b=16 s_k=8192 1.022,
+# b=4 s_k=32768 1.033, b=1 s_k=131072 1.030); 16 tiles 0.93-0.98x; 64 heads (one head block) 0.96-0.99x even at
+# 32-43 tiles (bench/RESULTS.md, sixteenth and eighth sessions).
+SEESAW_SPLIT_MIN_TILES = 32
+SEESAW_SPLIT_MIN_HEAD_BLOCKS = 2
 
 # ---- merging split sequences in the main kernel ---------------------------------------------------
 # merge_in_kernel: a sequence cut into 2 .. MERGE_MAX_SPLITS chunks is merged by the last of its CTAs

@@ -345,7 +345,7 @@ def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool
     return sm90_splits(batch, heads, s_q, num_sms) > 1
 
 
-def sm90_schedule(splits: int | None) -> str:
+def sm90_schedule(splits: int | None, long_chunks: bool = False) -> str:
     """The sm90 MLA kernel's math schedule for 16-bit KV on a launch whose plan cuts each sequence
     into `splits` chunks (None: unknown, taken as many): 'seesaw' up to policy.SEESAW_MAX_SPLITS
     (1: where the grid fills the GPU without cutting sequences), 'lockstep' beyond. Measured (bench/
@@ -357,15 +357,38 @@ def sm90_schedule(splits: int | None) -> str:
     launches keep the lockstep. (Both schedules in one kernel, each CTA choosing by its tile count,
     lost ~10 us in the bigger binary's first pass: bench/RESULTS.md.) Re-measured with the seesaw's
     second warpgroup taking its QK first (fourteenth session): long split chunks 1.02-1.06x, short ones
-    still 0.89-0.93x, so the rule stands."""
-    return "seesaw" if splits is not None and splits <= policy.SEESAW_MAX_SPLITS else "lockstep"
+    still 0.89-0.93x, so the rule stands without a hint. `long_chunks` (`sm90_long_chunks`: the caller's
+    max_seq_len says the longest chunk has policy.SEESAW_SPLIT_MIN_TILES tiles or more, two head blocks
+    sharing them) takes the seesaw for split launches too."""
+    if long_chunks or (splits is not None and splits <= policy.SEESAW_MAX_SPLITS):
+        return "seesaw"
+    return "lockstep"
+
+
+@lru_cache(maxsize=4096)
+def _sm90_splits_and_blocks(batch: int, heads: int, s_q: int, num_sms: int) -> tuple[int, int]:
+    blocks = -(-heads // (64 // s_q))
+    return policy.num_splits(batch * blocks, 1, num_sms), blocks
+
+
+def sm90_long_chunks(max_seq_len: int, batch: int, heads: int, s_q: int, num_sms: int) -> bool:
+    """Whether a launch of `batch` sequences, the longest `max_seq_len` keys, is split with long chunks on the
+    sm90 MLA kernel: the split plan cuts its sequences (`sm90_splits` > 1), the grid has at least
+    policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS head blocks, and the longest sequence's chunk has at least
+    policy.SEESAW_SPLIT_MIN_TILES 64-key tiles (the kernel's time is that chunk's)."""
+    splits, blocks = _sm90_splits_and_blocks(batch, heads, s_q, num_sms)
+    if splits <= 1 or blocks < policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS:
+        return False
+    _, chunk = policy.split_plan(max_seq_len, splits, policy.min_keys_per_split(64), 64)
+    return chunk // 64 >= policy.SEESAW_SPLIT_MIN_TILES
 
 
 def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | None = None,
-                splits: int | None = None, fp8_staging: str | None = None) -> DecodeConfig:
+                splits: int | None = None, fp8_staging: str | None = None, long_chunks: bool = False) -> DecodeConfig:
     """The sm90 MLA config: 64 query rows per CTA (wgmma's M), as many heads as s_q leaves room
     for (one variant per s_q, page size and schedule). 16-bit KV: `sm90_schedule` picks the math
-    schedule from the launch's `splits` per sequence (None: unknown). fp8 caches (`kv`: kv_dtype,
+    schedule from the launch's `splits` per sequence (None: unknown) and `long_chunks` (a caller's hint:
+    `sm90_long_chunks`; fp8 staging ignores it: measured even there, bench/RESULTS.md). fp8 caches (`kv`: kv_dtype,
     scale_mode, scale_block_size) get `fp8_staging` and its schedule (default `sm90_fp8_staging`: the
     seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
     'slot' takes the seesaw, any other staging the lockstep) and the deepest ring that fits."""
@@ -373,7 +396,7 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
     if kv is None:
-        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits)})
+        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits, long_chunks)})
     if fp8_staging is None:
         fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], splits)
     else:
@@ -391,7 +414,8 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
                          s_q: int, backend: str | None = None, scale_mode: str = "none",
                          scale_block_size: int | None = None, fp8_convert: str | None = None,
-                         kv_load: str | None = None, splits: int | None = None) -> DecodeConfig:
+                         kv_load: str | None = None, splits: int | None = None,
+                         long_chunks: bool = False) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
     (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
@@ -400,20 +424,22 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
     `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
     fill the ring (default: `kv_load_choice`). `splits`: chunks the launch's split plan cuts each
     sequence into (`sm90_splits`; None: unknown), which picks the sm90 schedule; counts past
-    policy.SEESAW_MAX_SPLITS choose alike and share one cached choice.
+    policy.SEESAW_MAX_SPLITS choose alike and share one cached choice. `long_chunks`: the caller's hint that
+    the split chunks are long (`sm90_long_chunks`), which takes the seesaw for 16-bit split launches.
 
     sm80 picks heads per CTA, the warp grid, keys per tile and the ring depth (see `sm80_choice`).
     """
     if splits is not None:
         splits = min(max(splits, 1), policy.SEESAW_MAX_SPLITS + 1)
     return _select_decode_config(family, arch, dtype, page_size, heads, head_dim, s_q, backend, scale_mode,
-                                 scale_block_size, fp8_convert, kv_load, splits)
+                                 scale_block_size, fp8_convert, kv_load, splits, bool(long_chunks))
 
 
 @lru_cache(maxsize=None)
 def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
                           backend: str | None, scale_mode: str, scale_block_size: int | None,
-                          fp8_convert: str | None, kv_load: str | None, splits: int | None) -> DecodeConfig:
+                          fp8_convert: str | None, kv_load: str | None, splits: int | None,
+                          long_chunks: bool = False) -> DecodeConfig:
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
@@ -422,7 +448,7 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
         if arch != "sm_90" or family != "mla_decode":
             raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
                               f"(mla_decode); this is {family} on {arch}")
-        return sm90_choice(family, dtype, page_size, s_q, kv, splits)
+        return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

@@ -14,6 +14,7 @@ and replayed with new `cache_seqlens`.
 from __future__ import annotations
 
 import gc
+import operator
 import os
 import threading
 import weakref
@@ -45,10 +46,12 @@ def _on_rocm() -> bool:
 
 
 def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim: int, s_q: int,
-                  device_id: int, kv: KVFormat | None = None, batch: int | None = None) -> DecodeConfig:
+                  device_id: int, kv: KVFormat | None = None, batch: int | None = None,
+                  long_chunks: bool = False) -> DecodeConfig:
     """The built-in choice for these shapes on the device (sm80 backend on CUDA, cdna on ROCm).
     `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
-    (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule)."""
+    (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule).
+    `long_chunks`: a caller's max_seq_len says the split chunks are long (`_long_chunks`)."""
     from .select import select_cdna_config, select_decode_config, sm90_splits
 
     if _on_rocm():
@@ -70,7 +73,8 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     splits = None if batch is None else sm90_splits(batch, heads, s_q, sm_count(device_id))
     return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
                                 backend=_BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
-                                scale_block_size=kv.scale_block_size if fp8 else None, splits=splits)
+                                scale_block_size=kv.scale_block_size if fp8 else None, splits=splits,
+                                long_chunks=long_chunks and not fp8)
 
 
 def _batch_per_schedule(heads: int, s_q: int, max_batch: int, device_id: int) -> list[int]:
@@ -85,6 +89,34 @@ def _batch_per_schedule(heads: int, s_q: int, max_batch: int, device_id: int) ->
         if len(first) == 2:
             break
     return sorted(first.values())
+
+
+def _long_chunks(q, max_seq_len) -> bool:
+    """mla_decode's `max_seq_len` hint (the longest sequence of the call, known on the host: no sync): whether the
+    sm90 MLA kernel's split plan would give that sequence long chunks (`select.sm90_long_chunks`), which makes
+    the seesaw schedule the faster one. A hint: never checked against cache_seqlens; a wrong one costs speed
+    only. False off sm_90 and where q does not look like an MLA query (validation reports that)."""
+    try:
+        n = -1 if isinstance(max_seq_len, bool) else operator.index(max_seq_len)
+    except TypeError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"max_seq_len={max_seq_len!r}: expected a non-negative int (the longest sequence of the "
+                         "call, a hint for the kernel's schedule), or None")
+    shape = getattr(q, "shape", None)
+    if shape is None or len(shape) != 4:
+        return False
+    dev = getattr(q, "device", None)
+    dev = getattr(dev, "index", None) if hasattr(dev, "index") else getattr(dev, "id", None)
+    dev = int(dev or 0)
+    if _on_rocm() or device_arch(dev) != "sm_90":
+        return False
+    from .select import sm90_long_chunks
+
+    b, s_q, h = int(shape[0]), int(shape[1]), int(shape[2])
+    if not 1 <= s_q <= policy.MAX_S_Q or h < 1:
+        return False
+    return sm90_long_chunks(n, b, h, s_q, sm_count(dev))
 
 
 _plans: dict[tuple, DecodePlan] = {}
@@ -382,21 +414,23 @@ class _Runner:
 class _SelectedPlans:
     """The functions' plan source: the built-in choice (or a pinned config) per shape class."""
 
-    def __init__(self, config: DecodeConfig | None) -> None:
+    def __init__(self, config: DecodeConfig | None, long_chunks: bool = False) -> None:
         self.config = config
-        self.key = config
+        self.long_chunks = long_chunks
+        self.key = "long-chunks" if long_chunks else config
 
     def plan(self, shape: CallShape) -> DecodePlan:
         if self.config is not None:
             _check_config(self.config, shape)
             return plan_for(self.config, shape.device_id)
         cfg = select_config(shape.family, shape.dtype, shape.page_size, shape.group, shape.head_dim, shape.s_q,
-                            shape.device_id, shape.kv, shape.batch)
+                            shape.device_id, shape.kv, shape.batch, self.long_chunks)
         return plan_for(cfg, shape.device_id)
 
 
 _MLA, _GQA = _Runner("mla_decode"), _Runner("gqa_decode")
 _DEFAULT_PLANS = _SelectedPlans(None)
+_LONG_CHUNK_PLANS = _SelectedPlans(None, long_chunks=True)  # mla_decode's max_seq_len says: long split chunks
 
 
 @lru_cache(maxsize=64)
@@ -419,7 +453,8 @@ def _gqa_decode_impl(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
-               out=None, lse=None, stream=None, check_inputs=None, config: DecodeConfig | None = None):
+               out=None, lse=None, stream=None, check_inputs=None, config: DecodeConfig | None = None,
+               max_seq_len: int | None = None):
     """DeepSeek-style MLA decode over a paged latent cache.
 
     q [B, s_q, H, 576] bf16/fp16; kv_cache [num_pages, page_size, 576] (or [.., 1, 576]), same dtype,
@@ -430,15 +465,20 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, c
     lse [B, H, s_q] fp32, natural log). Never synchronises: out-of-range lengths or pages give
     NaN rows and an error `kvforge.check_errors()` raises. `check_inputs=True` (or KVFORGE_DEBUG=1)
     also checks them on the host first (a sync; skipped during graph capture). `config` pins the
-    variant instead of the built-in choice; it must fit the shapes.
+    variant instead of the built-in choice; it must fit the shapes. `max_seq_len`: optionally, the longest
+    sequence of the call as a host int (as an engine's metadata has it; a hint, never checked against
+    cache_seqlens): on sm_90 with 128 heads, sequences the split plan cuts into chunks of 2048+ keys then
+    run the seesaw schedule, 2-6% faster there (bench/RESULTS.md); a wrong hint costs speed only.
     """
     if torch_ops.is_compiling():
         return torch_ops.mla_decode_op(q, kv_cache, block_table, cache_seqlens, softmax_scale=softmax_scale,
                                        causal=causal, kv_scale=kv_scale, out=out, lse=lse, stream=stream,
-                                       check_inputs=check_inputs, config=config)
+                                       check_inputs=check_inputs, config=config, max_seq_len=max_seq_len)
+    source = _DEFAULT_PLANS if config is None else _pinned(config)
+    if max_seq_len is not None and _long_chunks(q, max_seq_len) and config is None:
+        source = _LONG_CHUNK_PLANS
     return _MLA.call(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                     check_inputs, _DEFAULT_PLANS if config is None else _pinned(config), None,
-                     None if kv_scale is None else {"kv_scale": kv_scale})
+                     check_inputs, source, None, None if kv_scale is None else {"kv_scale": kv_scale})
 
 
 def gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, k_scale=None,
@@ -467,14 +507,15 @@ class _FixedPlan:
     """A plan object's plan source: one variant, and the shape class it was built for. Holds its
     owner weakly, so a dropped plan object dies at once instead of waiting for the cycle collector."""
 
-    def __init__(self, owner: "_DecodeObject") -> None:
+    def __init__(self, owner: "_DecodeObject", long_chunks: bool = False) -> None:
         self._owner = weakref.ref(owner)
-        self.key = ("fixed", id(owner))
+        self.long_chunks = long_chunks
+        self.key = ("fixed", id(owner), long_chunks)
 
     def plan(self, shape: CallShape) -> DecodePlan:
         owner = self._owner()
         owner._check_shape(shape)
-        return owner.plan_for_batch(shape.batch)
+        return owner.plan_for_batch(shape.batch, self.long_chunks)
 
 
 class _DecodeObject:
@@ -510,16 +551,22 @@ class _DecodeObject:
         # compiled and loaded here, so that run() never compiles.
         self._plans = {config: self.plan}
         if not self._pinned:
+            # MLA with two head blocks or more: also the choice a run's max_seq_len hint may take (`_long_chunks`)
+            hinted = (self.family == "mla_decode"
+                      and -(-num_q_heads // max(1, 64 // s_q)) >= policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS)
             for batch in _batch_per_schedule(group, s_q, max_batch, self.device_id):
-                cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, batch)
-                if cfg not in self._plans:
-                    self._plans[cfg] = plan_for(cfg, self.device_id)
+                for long_chunks in (False, True) if hinted else (False,):
+                    cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv,
+                                        batch, long_chunks)
+                    if cfg not in self._plans:
+                        self._plans[cfg] = plan_for(cfg, self.device_id)
         blocks = config.head_blocks(num_q_heads, num_kv_heads)
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms,
                                      config.wave_splits)
         self._workspace = None
         self._workspace_floats = workspace_floats_for(rows, config.head_dim_v)
         self._source = _FixedPlan(self)
+        self._long_source = _FixedPlan(self, long_chunks=True)  # MLADecode.run's max_seq_len says: long chunks
         self._runner = _Runner(self.family)
 
     def _check_shape(self, shape: CallShape) -> None:
@@ -533,12 +580,14 @@ class _DecodeObject:
         if shape.s_q != self.s_q:
             raise ValueError(f"q: s_q={shape.s_q} does not match this {type(self).__name__}, planned for s_q={self.s_q}")
 
-    def plan_for_batch(self, batch: int) -> DecodePlan:
-        """The plan a run of `batch` sequences launches (one of those loaded at construction)."""
+    def plan_for_batch(self, batch: int, long_chunks: bool = False) -> DecodePlan:
+        """The plan a run of `batch` sequences launches (one of those loaded at construction); `long_chunks`:
+        the run's max_seq_len hint said its split chunks are long (MLA)."""
         if self._pinned:
             return self.plan
         s = self._shape
-        cfg = select_config(self.family, s.dtype, s.page_size, s.group, s.head_dim, s.s_q, self.device_id, s.kv, batch)
+        cfg = select_config(self.family, s.dtype, s.page_size, s.group, s.head_dim, s.s_q, self.device_id, s.kv, batch,
+                            long_chunks)
         plan = self._plans.get(cfg)
         if plan is None:  # not expected: the constructor loaded the choice of every batch up to max_batch
             plan = self._plans.setdefault(cfg, plan_for(cfg, self.device_id))
@@ -555,9 +604,10 @@ class _DecodeObject:
         return self._workspace.ptr
 
     def _run(self, q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream, check_inputs,
-             scales=None):
+             scales=None, long_chunks=False):
         return self._runner.call(q, k, v, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                                 check_inputs, self._source, self._workspace_ptr, scales)
+                                 check_inputs, self._long_source if long_chunks else self._source, self._workspace_ptr,
+                                 scales)
 
 
 class MLADecode(_DecodeObject):
@@ -585,9 +635,12 @@ class MLADecode(_DecodeObject):
                          fp8_layout=fp8_layout, scale_block_size=scale_block_size)
 
     def run(self, q, kv_cache, block_table, cache_seqlens, *, out=None, lse=None, softmax_scale=None, causal=False,
-            kv_scale=None, stream=None, check_inputs=None):
+            kv_scale=None, stream=None, check_inputs=None, max_seq_len: int | None = None):
+        """`max_seq_len`: mla_decode's hint (the longest sequence of the run, a host int); the variant it may
+        pick was loaded at construction."""
+        long_chunks = max_seq_len is not None and not self._pinned and _long_chunks(q, max_seq_len)
         return self._run(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
-                         check_inputs, None if kv_scale is None else {"kv_scale": kv_scale})
+                         check_inputs, None if kv_scale is None else {"kv_scale": kv_scale}, long_chunks)
 
 
 class GQADecode(_DecodeObject):

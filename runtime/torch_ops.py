@@ -177,11 +177,18 @@ def _fake_check(op: str, q, ranks: tuple[int, ...]) -> None:
         raise TypeError(f"kvforge::{op}: q: dtype must be bf16 or fp16, got {q.dtype}")
 
 
+_WHY_NOT_UNDER_COMPILE = {
+    "max_seq_len": "a host length would specialise the compiled graph on every new value; the op takes the "
+                   "built-in variant choice",
+}
+
+
 def _unsupported_under_compile(**kwargs) -> None:
     for name, value in kwargs.items():
         if value is not None:
-            raise ValueError(f"{name}: not supported inside torch.compile (the op runs on torch's current "
-                             f"stream with the built-in variant choice); got {value!r}")
+            why = _WHY_NOT_UNDER_COMPILE.get(name, "the op runs on torch's current stream with the built-in variant "
+                                                   "choice")
+            raise ValueError(f"{name}: not supported inside torch.compile ({why}); got {value!r}")
 
 
 def _scale(tensor, value):
@@ -200,13 +207,14 @@ def _split_scale(name: str, x):
 
 
 def mla_decode_op(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None, causal=False, kv_scale=None,
-                  out=None, lse=None, stream=None, check_inputs=True, config=None):
+                  out=None, lse=None, stream=None, check_inputs=True, config=None, max_seq_len=None):
     """kvforge.mla_decode through the registered op: what the public function returns while
-    torch.compile traces it. Same arguments and result as kvforge.mla_decode; `stream`, `config`
-    must be None (ValueError naming the argument); an fp8 cache's `kv_scale` (a tensor or a float)
+    torch.compile traces it. Same arguments and result as kvforge.mla_decode; `stream`, `config` and
+    `max_seq_len` (a host int would specialise the graph on every new length) must be None (ValueError
+    naming the argument); an fp8 cache's `kv_scale` (a tensor or a float)
     goes into the op. With `out` and/or `lse` the out-variant writes them (a missing one is
     allocated) and they are returned."""
-    _unsupported_under_compile(stream=stream, config=config)
+    _unsupported_under_compile(stream=stream, config=config, max_seq_len=max_seq_len)
     ops = _ops or register()
     scale = None if softmax_scale is None else float(softmax_scale)
     ks = _split_scale("kv_scale", kv_scale)

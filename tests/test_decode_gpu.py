@@ -548,6 +548,33 @@ def test_mla_sm90_merge_in_kernel_with_a_refused_split(schedule):
     kvforge.check_errors()
 
 
+def test_max_seq_len_hint_runs_long_split_chunks_on_the_seesaw():
+    """mla_decode(max_seq_len=...) and MLADecode.run(max_seq_len=...): 33 sequences of 128 heads are cut in
+    two chunks on 132 SMs; with the longest at 4,200 keys (chunks of 2,112: 33 tiles) the hint picks the
+    seesaw (merging the two chunks in the kernel); outputs against the reference either way, and a hint
+    shorter than the truth (speed only) still gives the right answer."""
+    import kvforge
+    from kvforge.runtime import decode
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the hint picks among sm90 schedules")
+    lens = [4200] + [100 + 37 * i for i in range(32)]
+    case = make_case("mla_decode", batch=33, s_q=1, hq=128, hkv=1, d=576, page_size=64, lens=lens, seed=33)
+    assert decode._long_chunks(case.q, 4200) and not decode._long_chunks(case.q, 1000)
+    for hint in (4200, 1000, None):
+        out, lse = _poisoned(case, "mla_decode")
+        kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse, max_seq_len=hint)
+        _check("mla_decode", case, out, lse, causal=False)
+    hinted = [p for sig, p in decode._MLA._seen.items() if sig and sig[0] == "long-chunks"]
+    assert hinted and all(p.plan.config.schedule == "seesaw" for p in hinted)
+    dec = kvforge.MLADecode(128, 64, "bf16", max_batch=33)
+    out, lse = _poisoned(case, "mla_decode")
+    dec.run(case.q, case.k, case.block_table, case.seqlens, out=out, lse=lse, max_seq_len=4200)
+    _check("mla_decode", case, out, lse, causal=False)
+    assert dec.plan_for_batch(33, long_chunks=True).config.schedule == "seesaw"
+
+
 def test_a_zeroed_workspace_allocated_inside_a_graph_capture():
     """A split call's first use of a stream's workspace may fall inside a CUDA-graph capture: allocating it
     and zeroing its merge counts (cuMemAlloc and a memset on a private non-blocking stream, in a relaxed

@@ -222,8 +222,13 @@ def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypat
     picked = {b: dec.plan_for_batch(b).config.schedule for b in (1, 33, 34, 64)}
     assert picked == {1: "lockstep", 33: "lockstep", 34: "seesaw", 64: "seesaw"} and len(loaded) == 2
     loaded.clear()
+    # every batch of max_batch 8 is split: the lockstep, and the seesaw a run's max_seq_len hint may pick
     small = kvforge.MLADecode(128, 64, "bf16", max_batch=8)
-    assert loaded == ["lockstep"] and small.plan_for_batch(8).config.schedule == "lockstep"
+    assert loaded == ["lockstep", "seesaw"] and small.plan_for_batch(8).config.schedule == "lockstep"
+    assert small.plan_for_batch(8, long_chunks=True).config.schedule == "seesaw"
+    loaded.clear()
+    kvforge.MLADecode(64, 64, "bf16", max_batch=8)  # one head block: no hint applies, one variant
+    assert loaded == ["lockstep"]
     loaded.clear()
     pinned = kvforge.MLADecode(128, 64, "bf16", max_batch=64, config=dec.config)
     assert loaded == ["seesaw"] and pinned.plan_for_batch(1).config.schedule == "seesaw"
@@ -312,3 +317,32 @@ def test_split_workspace_layout_and_when_the_combine_runs(monkeypatch, merge):
         if combined:
             assert rest[0][2]["part_o"] == main["part_o"] and rest[0][2]["part_lse"] == main["part_lse"]
     assert policy.MERGE_COUNTER_INTS * 4 == WORKSPACE_PREFIX_BYTES
+
+
+def test_max_seq_len_hint_takes_the_seesaw_for_long_split_chunks(monkeypatch):
+    """mla_decode / MLADecode.run's max_seq_len: on sm_90, a split launch whose longest sequence's chunk has
+    32+ tiles with two head blocks (128 heads) takes the seesaw (policy.SEESAW_SPLIT_MIN_TILES); short chunks,
+    one head block or an unsplit grid keep the built-in choice; a bad hint is a ValueError naming it. (The
+    device is faked: arch, SM count and plan loading; q is a stand-in with a shape and a device.)"""
+    from types import SimpleNamespace
+
+    from kvforge.runtime import decode
+
+    _fake_h200_plans(monkeypatch)
+    q = lambda b, h, s_q=1: SimpleNamespace(shape=(b, s_q, h, 576), device=SimpleNamespace(index=0))  # noqa: E731
+    assert decode._long_chunks(q(32, 128), 8192)          # 2 chunks of 4096 keys, 2 head blocks
+    assert decode._long_chunks(q(16, 128), 8192)          # 4 chunks of 2048
+    assert not decode._long_chunks(q(32, 128), 2048)      # chunks of 1024 keys: 16 tiles
+    assert not decode._long_chunks(q(32, 64), 8192)       # one head block
+    assert not decode._long_chunks(q(128, 128), 8192)     # unsplit: the seesaw already
+    assert not decode._long_chunks(q(1, 128), 32768)      # 64 chunks of 512 keys
+    for bad in (-1, 1.5, "4096", True):
+        with pytest.raises(ValueError, match="max_seq_len"):
+            decode._long_chunks(q(32, 128), bad)
+    shape = SimpleNamespace(family="mla_decode", dtype="bf16", page_size=64, group=128, head_dim=576, s_q=1,
+                            device_id=0, kv=None, batch=32)
+    assert decode._LONG_CHUNK_PLANS.plan(shape).config.schedule == "seesaw"
+    assert decode._DEFAULT_PLANS.plan(shape).config.schedule == "lockstep"
+    assert decode._LONG_CHUNK_PLANS.key != decode._DEFAULT_PLANS.key  # separate cached signatures
+    fp8 = SimpleNamespace(**{**vars(shape), "kv": decode.KVFormat("fp8_e4m3", "per_tensor", None)})
+    assert decode._LONG_CHUNK_PLANS.plan(fp8).config.schedule == "lockstep"  # fp8 staging ignores the hint

@@ -416,3 +416,21 @@ def test_the_schedule_rule_predicts_the_split_plan_of_the_variant_it_picks(heads
                                        splits=splits)
             plan_splits = policy.num_splits(batch * cfg.head_blocks(heads, 1), cfg.ctas_per_sm, sms)
             assert split == (plan_splits > 1) and splits == plan_splits, (sms, batch, cfg.schedule)
+
+
+def test_long_chunks_hint_takes_the_seesaw_for_16_bit_split_launches_only():
+    """sm90_schedule(splits, long_chunks): the caller's max_seq_len hint (sm90_long_chunks) takes the seesaw on
+    a split launch; fp8 staging keeps its own rule; the hinted and plain choices are cached apart."""
+    from kvforge.codegen.select import select_decode_config, sm90_long_chunks, sm90_schedule
+
+    assert sm90_schedule(2) == "lockstep" and sm90_schedule(2, True) == "seesaw" and sm90_schedule(1) == "seesaw"
+    plain = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1, splits=2)
+    hinted = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1, splits=2,
+                                  long_chunks=True)
+    assert (plain.schedule, hinted.schedule) == ("lockstep", "seesaw")
+    fp8 = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1, splits=2,
+                               scale_mode="per_tensor", long_chunks=True)
+    assert fp8.schedule == "lockstep"  # the select_config caller passes long_chunks for 16-bit caches only;
+    # (sm90_choice's fp8 branch has its own rule, sm90_fp8_staging, which the hint does not reach)
+    assert sm90_long_chunks(8192, 32, 128, 1, 132) and not sm90_long_chunks(2048, 32, 128, 1, 132)
+    assert not sm90_long_chunks(8192, 32, 64, 1, 132) and not sm90_long_chunks(8192, 128, 128, 1, 132)

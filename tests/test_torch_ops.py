@@ -101,7 +101,7 @@ def test_fake_rejects_a_query_of_the_wrong_rank_naming_q():
             ops.mla_decode(torch.empty(2, 1, 16, 576, device="cuda"), kv, bt, sl, None, False, True)
 
 
-@pytest.mark.parametrize("arg", ["stream", "config"])
+@pytest.mark.parametrize("arg", ["stream", "config", "max_seq_len"])
 def test_arguments_the_op_cannot_carry_are_refused_naming_them(arg):
     with FakeTensorMode():
         with pytest.raises(ValueError, match=rf"^{arg}: not supported inside torch.compile"):
