@@ -108,15 +108,29 @@ def _long_chunks(q, max_seq_len) -> bool:
         return False
     dev = getattr(q, "device", None)
     dev = getattr(dev, "index", None) if hasattr(dev, "index") else getattr(dev, "id", None)
-    dev = int(dev or 0)
-    if _on_rocm() or device_arch(dev) != "sm_90":
-        return False
+    least = _least_long_seq_len(int(shape[0]), int(shape[2]), int(shape[1]), int(dev or 0))
+    return 0 <= least <= n
+
+
+@lru_cache(maxsize=4096)
+def _least_long_seq_len(batch: int, heads: int, s_q: int, device_id: int) -> int:
+    """The shortest max_seq_len `_long_chunks` takes as long for this launch shape (-1: none, e.g. unsplit,
+    one head block, not sm_90): the rule is monotone in the length, so a binary search finds it once."""
+    if _on_rocm() or not 1 <= s_q <= policy.MAX_S_Q or heads < 1 or batch < 1 or device_arch(device_id) != "sm_90":
+        return -1
     from .select import sm90_long_chunks
 
-    b, s_q, h = int(shape[0]), int(shape[1]), int(shape[2])
-    if not 1 <= s_q <= policy.MAX_S_Q or h < 1:
-        return False
-    return sm90_long_chunks(n, b, h, s_q, sm_count(dev))
+    sms = sm_count(device_id)
+    lo, hi = 0, 1 << 31
+    if not sm90_long_chunks(hi, batch, heads, s_q, sms):
+        return -1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sm90_long_chunks(mid, batch, heads, s_q, sms):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 _plans: dict[tuple, DecodePlan] = {}

@@ -329,6 +329,7 @@ def test_max_seq_len_hint_takes_the_seesaw_for_long_split_chunks(monkeypatch):
     from kvforge.runtime import decode
 
     _fake_h200_plans(monkeypatch)
+    decode._least_long_seq_len.cache_clear()  # cached per device: this one is faked
     q = lambda b, h, s_q=1: SimpleNamespace(shape=(b, s_q, h, 576), device=SimpleNamespace(index=0))  # noqa: E731
     assert decode._long_chunks(q(32, 128), 8192)          # 2 chunks of 4096 keys, 2 head blocks
     assert decode._long_chunks(q(16, 128), 8192)          # 4 chunks of 2048
@@ -339,6 +340,14 @@ def test_max_seq_len_hint_takes_the_seesaw_for_long_split_chunks(monkeypatch):
     for bad in (-1, 1.5, "4096", True):
         with pytest.raises(ValueError, match="max_seq_len"):
             decode._long_chunks(q(32, 128), bad)
+    # the per-call test is one cached threshold per launch shape: it agrees with the rule at every length
+    from kvforge.codegen.select import sm90_long_chunks
+
+    for b, h, s_q in ((32, 128, 1), (16, 128, 1), (1, 128, 1), (33, 128, 1), (32, 64, 2), (32, 64, 1), (128, 128, 1)):
+        least = decode._least_long_seq_len(b, h, s_q, 0)
+        for n in [*range(0, 140_000, 509), least - 1, least, least + 1]:
+            if n >= 0:
+                assert decode._long_chunks(q(b, h, s_q), n) == sm90_long_chunks(n, b, h, s_q, 132), (b, h, s_q, n)
     shape = SimpleNamespace(family="mla_decode", dtype="bf16", page_size=64, group=128, head_dim=576, s_q=1,
                             device_id=0, kv=None, batch=32)
     assert decode._LONG_CHUNK_PLANS.plan(shape).config.schedule == "seesaw"
@@ -346,3 +355,4 @@ def test_max_seq_len_hint_takes_the_seesaw_for_long_split_chunks(monkeypatch):
     assert decode._LONG_CHUNK_PLANS.key != decode._DEFAULT_PLANS.key  # separate cached signatures
     fp8 = SimpleNamespace(**{**vars(shape), "kv": decode.KVFormat("fp8_e4m3", "per_tensor", None)})
     assert decode._LONG_CHUNK_PLANS.plan(fp8).config.schedule == "lockstep"  # fp8 staging ignores the hint
+    decode._least_long_seq_len.cache_clear()  # no faked device's threshold left for later tests
