@@ -652,7 +652,7 @@ class MLADecode(_DecodeObject):
             kv_scale=None, stream=None, check_inputs=None, max_seq_len: int | None = None):
         """`max_seq_len`: mla_decode's hint (the longest sequence of the run, a host int); the variant it may
         pick was loaded at construction."""
-        long_chunks = max_seq_len is not None and not self._pinned and _long_chunks(q, max_seq_len)
+        long_chunks = max_seq_len is not None and _long_chunks(q, max_seq_len) and not self._pinned
         return self._run(q, kv_cache, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale, causal, stream,
                          check_inputs, None if kv_scale is None else {"kv_scale": kv_scale}, long_chunks)
 
