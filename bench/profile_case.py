@@ -1,5 +1,5 @@
 """One bench shape, a few calls, for Nsight Compute (`ncu`): kvforge's built-in call (16-bit or an fp8
-layout) or the peer FlashInfer on the same paged inputs.
+layout; MLA with the max_seq_len hint, as bench.py calls it) or the peer FlashInfer on the same paged inputs.
 
     python bench/profile_case.py INDEX [--layout per_tensor|block|fp8_ds_mla] [--block 64]
                                        [--peer flashinfer] [--calls 3] [--set FIELD=VALUE ...]
