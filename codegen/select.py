@@ -336,8 +336,12 @@ def sm90_splits(batch: int, heads: int, s_q: int, num_sms: int) -> int:
     """Chunks the split planner cuts each of this launch's sequences into on the sm90 MLA kernel (64
     query rows, one CTA per SM): more than 1 where fewer (sequence, head block) CTAs than fill the GPU.
     Shapes only, like the plan (the device plan gives short sequences fewer)."""
-    blocks = -(-heads // (64 // s_q))
-    return policy.num_splits(batch * blocks, 1, num_sms)
+    return policy.num_splits(batch * sm90_head_blocks(heads, s_q), 1, num_sms)
+
+
+def sm90_head_blocks(heads: int, s_q: int) -> int:
+    """The sm90 MLA kernel's head blocks per sequence: CTAs of 64 query rows, 64 // s_q heads each."""
+    return -(-heads // (64 // s_q))
 
 
 def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
@@ -365,19 +369,13 @@ def sm90_schedule(splits: int | None, long_chunks: bool = False) -> str:
     return "lockstep"
 
 
-@lru_cache(maxsize=4096)
-def _sm90_splits_and_blocks(batch: int, heads: int, s_q: int, num_sms: int) -> tuple[int, int]:
-    blocks = -(-heads // (64 // s_q))
-    return policy.num_splits(batch * blocks, 1, num_sms), blocks
-
-
 def sm90_long_chunks(max_seq_len: int, batch: int, heads: int, s_q: int, num_sms: int) -> bool:
     """Whether a launch of `batch` sequences, the longest `max_seq_len` keys, is split with long chunks on the
     sm90 MLA kernel: the split plan cuts its sequences (`sm90_splits` > 1), the grid has at least
     policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS head blocks, and the longest sequence's chunk has at least
     policy.SEESAW_SPLIT_MIN_TILES 64-key tiles (the kernel's time is that chunk's)."""
-    splits, blocks = _sm90_splits_and_blocks(batch, heads, s_q, num_sms)
-    if splits <= 1 or blocks < policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS:
+    splits = sm90_splits(batch, heads, s_q, num_sms)
+    if splits <= 1 or sm90_head_blocks(heads, s_q) < policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS:
         return False
     _, chunk = policy.split_plan(max_seq_len, splits, policy.min_keys_per_split(64), 64)
     return chunk // 64 >= policy.SEESAW_SPLIT_MIN_TILES

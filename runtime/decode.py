@@ -566,8 +566,10 @@ class _DecodeObject:
         self._plans = {config: self.plan}
         if not self._pinned:
             # MLA with two head blocks or more: also the choice a run's max_seq_len hint may take (`_long_chunks`)
+            from .select import sm90_head_blocks
+
             hinted = (self.family == "mla_decode"
-                      and -(-num_q_heads // max(1, 64 // s_q)) >= policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS)
+                      and sm90_head_blocks(num_q_heads, s_q) >= policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS)
             for batch in _batch_per_schedule(group, s_q, max_batch, self.device_id):
                 for long_chunks in (False, True) if hinted else (False,):
                     cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv,
