@@ -1,5 +1,6 @@
-"""A/B of the sm90 MLA kernel's L2 prefetch (`l2_prefetch_tiles`): the built-in choice of each shape as it
-is (prefetch off) against the same config prefetching 1 and 2 tiles ahead, FlashInfer in the same captures.
+"""A/B of the sm90 MLA kernel's L2 prefetch (`l2_prefetch_tiles`): the built-in choice of each shape with the
+prefetch off against the same config prefetching 1 and 2 tiles ahead, FlashInfer in the same captures ('built-in'
+names the built-in's own prefetch: the fp8 'slot' staging prefetches policy.SM90_FP8_SLOT_L2_PREFETCH_TILES).
 
     python bench/prefetch_ab.py [--rounds 3] [--ahead 1 2] [--no-flashinfer] [--layout per_tensor]
 
@@ -52,7 +53,7 @@ def main() -> int:
             print(f"| {sh.label} | {base.backend} {getattr(base, 'fp8_staging', '')}: no TMA producer, skipped |")
             continue
         data = base.model_dump(mode="json")
-        cfgs = {"off": base, **{f"pf{n}": build(DecodeConfig, {**data, "l2_prefetch_tiles": n}) for n in args.ahead}}
+        cfgs = {"off": build(DecodeConfig, {**data, "l2_prefetch_tiles": 0}), **{f"pf{n}": build(DecodeConfig, {**data, "l2_prefetch_tiles": n}) for n in args.ahead}}
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes(sh, args.layout, None))))
         q, kv, bt, lens = make_inputs(sh, copies)
         if args.layout is None:
@@ -68,7 +69,8 @@ def main() -> int:
         t = interleaved_ms(calls, 20, args.rounds)
         best = min(t[n] for n in names)
         fi = t.get("FlashInfer", float("nan"))
-        label = f"{base.schedule}" + (f" {base.fp8_staging}" if base.is_fp8 else "")
+        label = f"{base.schedule}" + (f" {base.fp8_staging}" if base.is_fp8 else "") + \
+            (f" pf{base.l2_prefetch_tiles}" if base.l2_prefetch_tiles else "")
         print(f"| {sh.label} | {label} | " + " | ".join(f"{t[n]:.4f}" for n in names) + " | "
               + " | ".join(f"{t['off'] / t[n]:.3f}" for n in names[1:]) + f" | {fi:.4f} | {fi / best:.3f} | {rel:.1e} |",
               flush=True)

@@ -389,7 +389,8 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     `sm90_long_chunks`; fp8 staging ignores it: measured even there, bench/RESULTS.md). fp8 caches (`kv`: kv_dtype,
     scale_mode, scale_block_size) get `fp8_staging` and its schedule (default `sm90_fp8_staging`: the
     seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
-    'slot' takes the seesaw, any other staging the lockstep) and the deepest ring that fits."""
+    'slot' takes the seesaw, any other staging the lockstep; 'slot' prefetches
+    policy.SM90_FP8_SLOT_L2_PREFETCH_TILES tiles ahead into L2) and the deepest ring that fits."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2)
@@ -399,11 +400,12 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
         fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], splits)
     else:
         schedule = "seesaw" if fp8_staging == "slot" else "lockstep"
+    prefetch = policy.SM90_FP8_SLOT_L2_PREFETCH_TILES if fp8_staging == "slot" else 0
     err = None
     for stages in SM90_FP8_STAGES:
         try:
             return build(DecodeConfig, {**fields, **kv, "num_kv_stages": stages, "fp8_staging": fp8_staging,
-                                        "schedule": schedule})
+                                        "schedule": schedule, "l2_prefetch_tiles": prefetch})
         except ConfigError as e:
             err = e
     raise err

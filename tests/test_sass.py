@@ -388,8 +388,8 @@ def test_merge_in_kernel_adds_the_count_and_keeps_the_wgmma_pipeline(pair, tmp_p
 
 
 def _prefetch_representatives():
-    """One sm90 TMA-producer variant of each (schedule, fp8 staging) with l2_prefetch_tiles=2, as
-    (prefetching, plain) pairs; the plain one is the default matrix's (prefetch off by default)."""
+    """One sm90 TMA-producer variant of each (schedule, fp8 staging) of the default matrix, as (prefetching 2
+    tiles ahead, not prefetching) pairs."""
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
     from kvforge.codegen.variant import Variant
@@ -399,9 +399,9 @@ def _prefetch_representatives():
         if v.config.is_fp8 and not v.config.converts_in_slot:
             continue  # bulk-copy producers: no tensor map to prefetch through (config validation says so)
         key = (v.config.schedule, v.config.fp8_staging if v.config.is_fp8 else None)
-        if key not in picks and v.config.l2_prefetch_tiles == 0:
-            on = Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"), "l2_prefetch_tiles": 2}))
-            picks[key] = (on, v)
+        if key not in picks:
+            picks[key] = tuple(Variant(build(DecodeConfig, {**v.config.model_dump(mode="json"), "l2_prefetch_tiles": n}))
+                               for n in (2, 0))
     return list(picks.values())
 
 
