@@ -93,7 +93,9 @@ SM90_L2_PREFETCH_TILES = 0
 # ... measured (bench/prefetch_ab.py, H200, graph replays, 2 rounds; off / on, eighteenth session): 16-bit seesaw
 # 0.80-0.98x (h=32 0.83, h=64 0.80-0.85, h=128 0.96-0.98, s_q=2 0.94): the prefetch slows the 16-bit kernels, off;
 # lockstep 0.98-1.00x. The fp8 'slot' staging (per-tensor, in-slot conversion) 2 ahead: 1.016-1.022x on every
-# shape (h=32, h=64, h=128, s_q=2 h=64), 1 ahead 1.000-1.025x: its default (codegen/select.py::sm90_choice).
+# shape (h=32, h=64, h=128, s_q=2 h=64), 1 ahead 1.000-1.025x; a second run, 2 ahead, 4 rounds: 1.022, 1.005,
+# 0.996, 1.013 (mean of the eight +1.4%, a small gain at the edge of the noise, one shape even): its default
+# (codegen/select.py::sm90_choice).
 SM90_FP8_SLOT_L2_PREFETCH_TILES = 2
 
 
