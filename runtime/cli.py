@@ -14,6 +14,7 @@ from kvforge.codegen.cli import add_shard_option, console, run, select_variants
 from kvforge.codegen.cli import build_parser as codegen_parser
 
 from .availability import partition, skips_fail
+from .build import build_weight
 
 
 def _compile_one(config_json: dict, debug: bool):
@@ -32,7 +33,9 @@ def cmd_compile(args) -> int:
     results, failures = {}, []
     with Progress(console=console, transient=True) as progress, ProcessPoolExecutor(jobs) as pool:
         task = progress.add_task(f"NVRTC x{jobs}", total=len(variants))
-        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), args.debug): v for v in variants}
+        # the longest builds first: the pool's last minutes are not one seesaw kernel beside an idle worker
+        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), args.debug): v
+                   for v in sorted(variants, key=build_weight, reverse=True)}
         for fut in as_completed(futures):
             v = futures[fut]
             try:

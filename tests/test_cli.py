@@ -24,7 +24,11 @@ def test_list_prints_every_name_and_filters(capsys):
 
 
 @needs_nvrtc
-def test_compile_builds_the_default_matrix_in_under_60_s_on_2_cores(tmp_path, monkeypatch):
+def test_compile_builds_the_default_matrix_in_under_90_s_on_2_cores(tmp_path, monkeypatch):
+    """The main job's compile stays short. The bound was 60 s for a smaller matrix; it holds 105
+    variants now, 9 of them sm90 seesaw kernels of 6.5-10 s each (ptxas), 120 s of CPU in all: 62 s measured on 2
+    cores with the longest builds started first (eighteenth session; a CI run on a busier machine took 73 s). 90 s
+    catches a variant whose build runs away (minutes), not the machine's noise."""
     monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "kvforge.runtime.cli", "compile", "--jobs", "2"],
@@ -34,7 +38,7 @@ def test_compile_builds_the_default_matrix_in_under_60_s_on_2_cores(tmp_path, mo
     assert f"{len(load_matrix())} variants compiled" in r.stdout
     for col in ("regs", "spills", "static smem", "dynamic smem"):
         assert col in r.stdout
-    assert elapsed < 60, f"{elapsed:.1f} s"
+    assert elapsed < 90, f"{elapsed:.1f} s"
 
 
 @needs_nvrtc
