@@ -3,8 +3,10 @@ layout; MLA with the max_seq_len hint, as bench.py calls it) or the peer FlashIn
 
     python bench/profile_case.py INDEX [--layout per_tensor|block|fp8_ds_mla] [--block 64]
                                        [--peer flashinfer] [--calls 3] [--set FIELD=VALUE ...]
+    python bench/profile_case.py --mla B S_K H [...]
 
-INDEX is a position in bench.SHAPES. Profile it with, e.g.,
+INDEX is a position in bench.SHAPES; `--mla B S_K H` profiles an MLA shape outside it (s_q 1, page 64), e.g. the
+split launches of seqlen_hint_ab.py. Profile it with, e.g.,
 
     ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:decode \\
         --section SpeedOfLight --section WarpStateStats python bench/profile_case.py 3
@@ -22,12 +24,13 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench import SHAPES, flashinfer_runner, make_inputs, run_kvforge  # noqa: E402
+from bench import SHAPES, Shape, flashinfer_runner, make_inputs, run_kvforge  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("index", type=int, help=f"position in bench.SHAPES (0..{len(SHAPES) - 1})")
+    ap.add_argument("index", type=int, nargs="?", help=f"position in bench.SHAPES (0..{len(SHAPES) - 1})")
+    ap.add_argument("--mla", type=int, nargs=3, metavar=("B", "S_K", "H"), help="an MLA shape instead of INDEX")
     ap.add_argument("--layout", choices=("per_tensor", "block", "fp8_ds_mla"), help="an fp8 cache layout")
     ap.add_argument("--block", type=int, default=None, help="scale block size for --layout block")
     ap.add_argument("--peer", choices=("flashinfer",), help="run the peer instead of kvforge")
@@ -35,7 +38,9 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="pin the built-in config with this field changed (repeatable)")
     args = ap.parse_args()
-    sh = SHAPES[args.index]
+    if (args.index is None) == (args.mla is None):
+        ap.error("give INDEX or --mla B S_K H (one of them)")
+    sh = Shape("mla_decode", *args.mla) if args.mla else SHAPES[args.index]
     config = pinned_config(sh, args.layout, args.block, args.set) if args.set else None
     q, kv, bt, lens = make_inputs(sh, 1)
     if args.layout:

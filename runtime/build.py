@@ -20,9 +20,9 @@ def build_weight(variant: Variant) -> float:
     'compile s' column): the sm90 seesaw kernels 6.5-10 s, the other sm90 kernels 1.3-2 s, sm80 and the
     pipeline self-tests 0.1-1.2 s."""
     cfg = variant.config
-    if getattr(cfg, "backend", None) == "sm90":
-        return 10.0 if getattr(cfg, "schedule", None) == "seesaw" else 2.0
-    return 1.0
+    if variant.family not in ("mla_decode", "gqa_decode") or cfg.backend != "sm90":
+        return 1.0
+    return 10.0 if cfg.schedule == "seesaw" else 2.0
 
 
 def amd_toolchain_missing() -> str | None:

@@ -23,6 +23,21 @@ def test_list_prints_every_name_and_filters(capsys):
     assert all("s6x3" in n for n in capsys.readouterr().out.split())
 
 
+def test_compile_starts_the_longest_builds_first():
+    """build_weight ranks the default matrix's sm90 seesaw kernels (the 6.5-10 s builds) above the other sm90 ones,
+    and those above everything else, so `kvforge compile` submits them first."""
+    from kvforge.runtime.build import build_weight
+
+    weights = {}
+    for v in load_matrix():
+        cfg = v.config
+        decode90 = v.family in ("mla_decode", "gqa_decode") and cfg.backend == "sm90"
+        kind = ("seesaw" if cfg.schedule == "seesaw" else "sm90") if decode90 else "other"
+        weights.setdefault(kind, set()).add(build_weight(v))
+    assert set(weights) == {"seesaw", "sm90", "other"}
+    assert min(weights["seesaw"]) > max(weights["sm90"]) > max(weights["other"])
+
+
 @needs_nvrtc
 def test_compile_builds_the_default_matrix_in_under_90_s_on_2_cores(tmp_path, monkeypatch):
     """The main job's compile stays short. The bound was 60 s for a smaller matrix; it holds 105
