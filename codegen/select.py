@@ -344,6 +344,60 @@ def sm90_head_blocks(heads: int, s_q: int) -> int:
     return -(-heads // (64 // s_q))
 
 
+def select_for_launch(family: str, arch: str, num_sms: int, dtype: str, page_size: int, *, heads: int, head_dim: int,
+                      s_q: int, batch: int | None, long_chunks: bool = False, scale_mode: str = "none",
+                      scale_block_size: int | None = None, backend: str | None = None) -> DecodeConfig:
+    """The built-in choice for a launch of `batch` sequences (None: unknown) on an NVIDIA device of `arch` with
+    `num_sms` SMs: `select_decode_config` with the sm90 MLA kernel's chunk count (`sm90_splits`) and the caller's
+    long-chunks hint (`sm90_long_chunks`; fp8 caches ignore it). The runtime's choice on a device (the runtime
+    adds its facts: arch and SM count) and `plan_choices`' for a device named by the caller. `backend` forces one
+    (`select_decode_config`)."""
+    splits = None if batch is None else sm90_splits(batch, heads, s_q, num_sms)
+    return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
+                                backend=backend, scale_mode=scale_mode, scale_block_size=scale_block_size,
+                                splits=splits, long_chunks=long_chunks and scale_mode == "none")
+
+
+def plan_launches(family: str, heads: int, num_q_heads: int, s_q: int, max_batch: int,
+                  num_sms: int) -> list[tuple[int, bool]]:
+    """The (batch, long-chunks hint) launches whose choices cover every run of a plan object (MLADecode /
+    GQADecode) with batches 1 .. max_batch: max_batch, then the first batch of each sm90 schedule the split
+    plan's chunk count picks (what the choice depends on the batch through; the count is not monotonic in the
+    batch: a grid just past a full wave is split), each also with the hint where it may apply (MLA with
+    policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS head blocks or more). `heads` is the selector's (H for MLA, Hq / Hkv
+    for GQA); `num_sms` 0 where the device has no such plan (ROCm): one batch."""
+    first: dict[str, int] = {}
+    for batch in range(1, max_batch + 1):
+        first.setdefault(sm90_schedule(sm90_splits(batch, heads, s_q, num_sms)) if num_sms > 0 else "", batch)
+        if len(first) == 2:
+            break
+    hinted = (family == "mla_decode"
+              and sm90_head_blocks(num_q_heads, s_q) >= policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS)
+    return [(max_batch, False)] + [(b, long) for b in sorted(first.values()) for long in ((False, True) if hinted
+                                                                                         else (False,))]
+
+
+def plan_choices(family: str, arch: str, num_sms: int, dtype: str, page_size: int, *, num_q_heads: int,
+                 num_kv_heads: int, head_dim: int, s_q: int, max_batch: int, scale_mode: str = "none",
+                 scale_block_size: int | None = None) -> list[DecodeConfig]:
+    """Every variant a plan object of these arguments loads on a device of `arch` with `num_sms` SMs (CUDA) or
+    on a ROCm device of `arch` (gfx90a / gfx942; `num_sms` unused), in load order: what a build farm compiles
+    ahead of time so that the serving machines never JIT (`kvforge plan`)."""
+    heads = num_q_heads if family == "mla_decode" else num_q_heads // num_kv_heads
+    if arch.startswith("gfx"):
+        if scale_mode != "none":
+            raise ConfigError("fp8 KV caches are not supported on AMD GPUs (the cdna backend reads bf16/fp16)")
+        return [select_cdna_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q)]
+    out: list[DecodeConfig] = []
+    for batch, long_chunks in plan_launches(family, heads, num_q_heads, s_q, max_batch, num_sms):
+        cfg = select_for_launch(family, arch, num_sms, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
+                                batch=batch, long_chunks=long_chunks, scale_mode=scale_mode,
+                                scale_block_size=scale_block_size)
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 def sm90_sequences_split(batch: int, heads: int, s_q: int, num_sms: int) -> bool:
     """Whether the split planner cuts this launch's sequences on the sm90 MLA kernel."""
     return sm90_splits(batch, heads, s_q, num_sms) > 1

@@ -1,5 +1,5 @@
 """The `kvforge` command: the codegen commands (generate, list) plus those that need the runtime:
-compile, demo and cache."""
+compile, plan, demo and cache."""
 from __future__ import annotations
 
 import os
@@ -27,14 +27,21 @@ def _compile_one(config_json: dict, debug: bool):
 
 
 def cmd_compile(args) -> int:
-    selected = select_variants(args)
-    variants, skipped = partition(selected)
-    jobs = args.jobs or os.cpu_count() or 1
+    variants, skipped = partition(select_variants(args))
+    return _build_and_report(variants, skipped, args.jobs, args.debug,
+                             f" (shard {args.shard} of the selection)" if args.shard else "",
+                             explicit=bool(args.matrix or args.filter), arches=args.arch)
+
+
+def _build_and_report(variants, skipped, jobs: int, debug: bool, title_note: str, explicit: bool, arches) -> int:
+    """Compile `variants` in `jobs` processes (0: all cores) and print the resources table, the skipped groups
+    and each failure; 1 when a build failed or the skips fail the command (`skips_fail`)."""
+    jobs = jobs or os.cpu_count() or 1
     results, failures = {}, []
     with Progress(console=console, transient=True) as progress, ProcessPoolExecutor(jobs) as pool:
         task = progress.add_task(f"NVRTC x{jobs}", total=len(variants))
         # the longest builds first: the pool's last minutes are not one seesaw kernel beside an idle worker
-        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), args.debug): v
+        futures = {pool.submit(_compile_one, v.config.model_dump(mode="json"), debug): v
                    for v in sorted(variants, key=build_weight, reverse=True)}
         for fut in as_completed(futures):
             v = futures[fut]
@@ -43,8 +50,8 @@ def cmd_compile(args) -> int:
             except Exception as err:  # noqa: BLE001 - reported per variant below
                 failures.append((v.name, err))
             progress.advance(task)
-    title = f"{len(results)} variants compiled" + (" (debug barriers)" if args.debug else "")
-    table = Table(title=title + (f" (shard {args.shard} of the selection)" if args.shard else ""))
+    title = f"{len(results)} variants compiled" + (" (debug barriers)" if debug else "")
+    table = Table(title=title + title_note)
     for col in ("variant", "arch", "compile s", "regs", "spills st/ld B", "static smem B", "dynamic smem B"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     by_name = {v.name: v for v in variants}
@@ -58,10 +65,71 @@ def cmd_compile(args) -> int:
         console.print(group.line(), markup=False, highlight=False)
     for name, err in failures:
         console.print(f"FAILED {name}:\n{err}", style="red", markup=False, highlight=False)
-    fail = skips_fail(skipped, built=len(variants), explicit=bool(args.matrix or args.filter), arches=args.arch)
+    fail = skips_fail(skipped, built=len(variants), explicit=explicit, arches=arches)
     if fail:
         console.print(f"FAILED: {fail}", style="red", markup=False, highlight=False)
     return 1 if failures or fail else 0
+
+
+def cmd_plan(args) -> int:
+    """The variants a plan object (MLADecode / GQADecode) of these arguments loads on the named device, computed
+    here without it: their names, and with --compile their builds (a build farm fills the cache serving machines
+    then run from with KVFORGE_DISABLE_JIT=1)."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.decode_sm80 import FP8_ARCHS
+    from kvforge.codegen.errors import ConfigError
+    from kvforge.codegen.select import plan_choices
+    from kvforge.codegen.variant import Variant
+
+    from .kv_format import planned_format
+
+    family = {"mla": "mla_decode", "gqa": "gqa_decode"}[args.family]
+    try:
+        if family == "mla_decode":
+            if args.kv_heads not in (None, 1) or args.head_dim not in (None, 576):
+                raise ValueError("--kv-heads/--head-dim: MLA has one latent KV head of 576 (512 + 64 rope)")
+            kv_heads, head_dim = 1, 576
+            if not 1 <= args.heads <= policy.MLA_MAX_HEADS:
+                raise ValueError(f"--heads={args.heads}: MLA decode supports 1..{policy.MLA_MAX_HEADS}")
+        else:
+            if args.kv_heads is None or args.head_dim is None:
+                raise ValueError("--kv-heads and --head-dim are required for gqa")
+            kv_heads, head_dim = args.kv_heads, args.head_dim
+            if kv_heads < 1 or args.heads % kv_heads:
+                raise ValueError(f"--kv-heads={kv_heads}: must divide --heads={args.heads}")
+            if args.heads // kv_heads not in policy.GQA_GROUPS:
+                raise ValueError(f"--heads/--kv-heads: the group {args.heads // kv_heads} must be one of "
+                                 f"{', '.join(map(str, policy.GQA_GROUPS))}")
+            if head_dim not in policy.GQA_HEAD_DIMS:
+                raise ValueError(f"--head-dim={head_dim}: supported {', '.join(map(str, policy.GQA_HEAD_DIMS))}")
+        if args.page_size not in policy.PAGE_SIZES:
+            raise ValueError(f"--page-size={args.page_size}: supported {', '.join(map(str, policy.PAGE_SIZES))}")
+        if not 1 <= args.s_q <= policy.MAX_S_Q:
+            raise ValueError(f"--s-q={args.s_q}: supported 1..{policy.MAX_S_Q}")
+        if args.max_batch < 1:
+            raise ValueError(f"--max-batch={args.max_batch}: must be at least 1")
+        kv = planned_format(family, args.fp8, args.scale_block, head_dim)
+        cuda = not args.arch.startswith("gfx")
+        if cuda and (args.sms is None or args.sms < 1):
+            raise ValueError("--sms: the device's SM count is required for NVIDIA arches (132 on an H100/H200 SXM, "
+                             "108 on an A100)")
+        if kv is not None and cuda and args.arch not in FP8_ARCHS:
+            raise ValueError(f"--fp8: fp8 KV needs sm_89 or newer (got --arch {args.arch})")
+        configs = plan_choices(family, args.arch, args.sms or 0, args.dtype, args.page_size, num_q_heads=args.heads,
+                               num_kv_heads=kv_heads, head_dim=head_dim, s_q=args.s_q, max_batch=args.max_batch,
+                               scale_mode=kv.scale_mode if kv else "none",
+                               scale_block_size=kv.scale_block_size if kv else None)
+    except (ValueError, ConfigError) as err:
+        console.print(f"kvforge plan: {err}", style="red", markup=False, highlight=False)
+        return 2
+    variants = [Variant(c) for c in configs]
+    for v in variants:
+        console.print(v.name, markup=False, highlight=False)
+    if not args.compile:
+        return 0
+    buildable, skipped = partition(variants)
+    return _build_and_report(buildable, skipped, args.jobs, args.debug, " (the plan's variants)", explicit=True,
+                             arches=None)
 
 
 def cmd_demo(args) -> int:
@@ -108,6 +176,25 @@ def build_parser():
     c.add_argument("--debug", action="store_true", help="build with bounded, trapping barrier waits")
     add_shard_option(c)
     c.set_defaults(func=cmd_compile)
+
+    pl = sub.add_parser("plan", help="list (and with --compile build) the variants MLADecode / GQADecode load for "
+                        "these arguments on the named device, without it: what a build farm compiles ahead of time")
+    pl.add_argument("family", choices=["mla", "gqa"])
+    pl.add_argument("--heads", type=int, required=True, help="query heads (Hq)")
+    pl.add_argument("--kv-heads", type=int, help="gqa: KV heads (Hkv)")
+    pl.add_argument("--head-dim", type=int, help="gqa: head dim (64, 128, 256, ...)")
+    pl.add_argument("--page-size", type=int, required=True)
+    pl.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    pl.add_argument("--s-q", type=int, default=1, help="query tokens per sequence")
+    pl.add_argument("--max-batch", type=int, required=True)
+    pl.add_argument("--fp8", choices=["per_tensor", "block", "fp8_ds_mla"], help="an fp8 cache in this layout")
+    pl.add_argument("--scale-block", type=int, help="--fp8 block: the scale block size")
+    pl.add_argument("--arch", required=True, help="the device: sm_80, sm_86, sm_89, sm_90, gfx90a, gfx942")
+    pl.add_argument("--sms", type=int, help="the device's SM count (NVIDIA arches)")
+    pl.add_argument("--compile", action="store_true", help="also build them into the cache")
+    pl.add_argument("--jobs", type=int, default=0, help="--compile: parallel processes (default: all cores)")
+    pl.add_argument("--debug", action="store_true", help="--compile: bounded, trapping barrier waits")
+    pl.set_defaults(func=cmd_plan)
 
     d = sub.add_parser("demo", help="the main job: generate, compile, and on a GPU run, check and time")
     d.add_argument("matrix", nargs="?")

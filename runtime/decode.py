@@ -52,7 +52,7 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
     (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule).
     `long_chunks`: a caller's max_seq_len says the split chunks are long (`_long_chunks`)."""
-    from .select import select_cdna_config, select_decode_config, sm90_splits
+    from .select import select_cdna_config, select_for_launch
 
     if _on_rocm():
         from .hip_launch import rocm_arch
@@ -70,25 +70,10 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     if fp8 and arch not in FP8_ARCHS:
         raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
                          f"{arch} (use a bf16/fp16 cache)")
-    splits = None if batch is None else sm90_splits(batch, heads, s_q, sm_count(device_id))
-    return select_decode_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q,
-                                backend=_BACKEND, scale_mode=kv.scale_mode if fp8 else "none",
-                                scale_block_size=kv.scale_block_size if fp8 else None, splits=splits,
-                                long_chunks=long_chunks and not fp8)
-
-
-def _batch_per_schedule(heads: int, s_q: int, max_batch: int, device_id: int) -> list[int]:
-    """The first batch in 1 .. max_batch of each sm90 schedule the split plan's chunk count picks
-    (what select_config's choice depends on the batch through)."""
-    from .select import sm90_schedule, sm90_splits
-
-    sms = 0 if _on_rocm() else sm_count(device_id)
-    first: dict[str, int] = {}
-    for batch in range(1, max_batch + 1):
-        first.setdefault(sm90_schedule(sm90_splits(batch, heads, s_q, sms)) if sms > 0 else "", batch)
-        if len(first) == 2:
-            break
-    return sorted(first.values())
+    return select_for_launch(family, arch, 0 if batch is None else sm_count(device_id), dtype, page_size,
+                             heads=heads, head_dim=head_dim, s_q=s_q, batch=batch, long_chunks=long_chunks,
+                             scale_mode=kv.scale_mode if fp8 else "none",
+                             scale_block_size=kv.scale_block_size if fp8 else None, backend=_BACKEND)
 
 
 def _long_chunks(q, max_seq_len) -> bool:
@@ -565,17 +550,15 @@ class _DecodeObject:
         # compiled and loaded here, so that run() never compiles.
         self._plans = {config: self.plan}
         if not self._pinned:
-            # MLA with two head blocks or more: also the choice a run's max_seq_len hint may take (`_long_chunks`)
-            from .select import sm90_head_blocks
+            # the launches whose choices cover every batch and max_seq_len hint (`select.plan_launches`)
+            from .select import plan_launches
 
-            hinted = (self.family == "mla_decode"
-                      and sm90_head_blocks(num_q_heads, s_q) >= policy.SEESAW_SPLIT_MIN_HEAD_BLOCKS)
-            for batch in _batch_per_schedule(group, s_q, max_batch, self.device_id):
-                for long_chunks in (False, True) if hinted else (False,):
-                    cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv,
-                                        batch, long_chunks)
-                    if cfg not in self._plans:
-                        self._plans[cfg] = plan_for(cfg, self.device_id)
+            sms = 0 if _on_rocm() else sm_count(self.device_id)
+            for batch, long_chunks in plan_launches(self.family, group, num_q_heads, s_q, max_batch, sms):
+                cfg = select_config(self.family, dtype, page_size, group, head_dim, s_q, self.device_id, kv, batch,
+                                    long_chunks)
+                if cfg not in self._plans:
+                    self._plans[cfg] = plan_for(cfg, self.device_id)
         blocks = config.head_blocks(num_q_heads, num_kv_heads)
         rows = policy.workspace_rows(max_batch, s_q, num_q_heads, blocks, config.ctas_per_sm, self.plan.num_sms,
                                      config.wave_splits)

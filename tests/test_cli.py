@@ -93,3 +93,55 @@ def test_generated_sources_compile_with_plain_nvcc():
 
     failures = check_tree(REPO / "generated")
     assert failures == [], failures[0][1]
+
+
+def test_plan_lists_what_a_plan_object_loads_on_the_named_device(capsys):
+    from kvforge.codegen.select import plan_choices
+    from kvforge.codegen.variant import Variant
+
+    assert main(["plan", "mla", "--heads", "128", "--page-size", "64", "--max-batch", "256", "--arch", "sm_90",
+                 "--sms", "132"]) == 0
+    names = capsys.readouterr().out.split()
+    want = [Variant(c).name for c in plan_choices("mla_decode", "sm_90", 132, "bf16", 64, num_q_heads=128,
+                                                   num_kv_heads=1, head_dim=576, s_q=1, max_batch=256)]
+    assert names == want and len(names) == 2 and any("_seesaw_" in n for n in names)  # both sm90 schedules
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["mla", "--heads", "128", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90"], "--sms"),
+    (["mla", "--heads", "16", "--page-size", "48", "--max-batch", "8", "--arch", "sm_90", "--sms", "132"],
+     "--page-size=48: supported 16, 32, 64, 128"),
+    (["gqa", "--heads", "32", "--page-size", "16", "--max-batch", "8", "--arch", "sm_90", "--sms", "132"],
+     "--kv-heads and --head-dim are required"),
+    (["gqa", "--heads", "32", "--kv-heads", "6", "--head-dim", "128", "--page-size", "16", "--max-batch", "8",
+      "--arch", "sm_90", "--sms", "132"], "--kv-heads=6: must divide --heads=32"),
+    (["gqa", "--heads", "32", "--kv-heads", "8", "--head-dim", "96", "--page-size", "16", "--max-batch", "8",
+      "--arch", "sm_90", "--sms", "132"], "--head-dim=96: supported"),
+    (["mla", "--heads", "129", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90", "--sms", "132"],
+     "--heads=129: MLA decode supports 1..128"),
+    (["mla", "--heads", "16", "--page-size", "64", "--max-batch", "8", "--arch", "sm_86", "--sms", "84",
+      "--fp8", "per_tensor"], "fp8 KV needs sm_89"),
+    (["mla", "--heads", "16", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90", "--sms", "132",
+      "--fp8", "block"], "scale_block_size"),
+])
+def test_plan_rejects_bad_arguments_naming_them(capsys, argv, message):
+    assert main(["plan", *argv]) == 2
+    assert message in capsys.readouterr().out
+
+
+@needs_nvrtc
+def test_plan_compile_fills_the_cache_a_no_jit_run_reads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
+    argv = ["plan", "gqa", "--heads", "32", "--kv-heads", "8", "--head-dim", "128", "--page-size", "16",
+            "--max-batch", "64", "--arch", "sm_90", "--sms", "132"]
+    assert main([*argv, "--compile", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "variants compiled (the plan's variants)" in out
+    from kvforge.codegen.select import plan_choices
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    monkeypatch.setenv("KVFORGE_DISABLE_JIT", "1")
+    for cfg in plan_choices("gqa_decode", "sm_90", 132, "bf16", 16, num_q_heads=32, num_kv_heads=8, head_dim=128,
+                            s_q=1, max_batch=64):
+        assert compile(Variant(cfg)).cache_hit  # served from the cache the plan command filled

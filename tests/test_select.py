@@ -434,3 +434,62 @@ def test_long_chunks_hint_takes_the_seesaw_for_16_bit_split_launches_only():
     # (sm90_choice's fp8 branch has its own rule, sm90_fp8_staging, which the hint does not reach)
     assert sm90_long_chunks(8192, 32, 128, 1, 132) and not sm90_long_chunks(2048, 32, 128, 1, 132)
     assert not sm90_long_chunks(8192, 32, 64, 1, 132) and not sm90_long_chunks(8192, 128, 128, 1, 132)
+
+
+@pytest.mark.parametrize("family,hq,hkv,d,s_q,scale", [
+    ("mla_decode", 128, 1, 576, 1, "none"), ("mla_decode", 64, 1, 576, 1, "none"), ("mla_decode", 32, 1, 576, 2, "none"),
+    ("mla_decode", 16, 1, 576, 1, "none"), ("mla_decode", 128, 1, 576, 1, "per_tensor"),
+    ("gqa_decode", 32, 8, 128, 1, "none"), ("gqa_decode", 64, 8, 128, 1, "per_tensor")])
+@pytest.mark.parametrize("arch,sms", [("sm_90", 132), ("sm_80", 108)])
+def test_plan_choices_are_every_choice_of_every_batch_and_hint(monkeypatch, family, hq, hkv, d, s_q, scale, arch, sms):
+    """`plan_choices` (what `kvforge plan` lists and a plan object loads) holds the runtime's choice for every batch
+    1 .. max_batch, with and without a max_seq_len hint, and nothing else: no run of the plan object compiles."""
+    from kvforge.codegen.select import plan_choices
+    from kvforge.runtime import decode
+    from kvforge.runtime.kv_format import KVFormat
+
+    if scale != "none" and arch == "sm_80":
+        pytest.skip("fp8 needs sm_89+")
+    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
+    monkeypatch.setattr(decode, "device_arch", lambda device_id=0: arch)
+    monkeypatch.setattr(decode, "sm_count", lambda device_id=0: sms)
+    kv = KVFormat("fp8_e4m3", scale, None) if scale != "none" else None
+    group = hq if family == "mla_decode" else hq // hkv
+    max_batch = 300
+    every = {decode.select_config(family, "bf16", 64, group, d, s_q, 0, kv, b, long)
+             for b in range(1, max_batch + 1) for long in (False, True)}
+    planned = plan_choices(family, arch, sms, "bf16", 64, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, s_q=s_q,
+                           max_batch=max_batch, scale_mode=scale)
+    assert len(planned) == len(set(planned)) and set(planned) == every
+    assert planned[0] == decode.select_config(family, "bf16", 64, group, d, s_q, 0, kv, max_batch)
+
+
+def test_plan_choices_on_rocm_is_the_cdna_choice_and_refuses_fp8():
+    from kvforge.codegen.select import plan_choices
+
+    cfg, = plan_choices("gqa_decode", "gfx942", 0, "bf16", 16, num_q_heads=32, num_kv_heads=8, head_dim=128, s_q=1,
+                        max_batch=64)
+    assert cfg == select_cdna_config("gqa_decode", "gfx942", "bf16", 16, heads=4, head_dim=128, s_q=1)
+    with pytest.raises(ConfigError, match="fp8"):
+        plan_choices("mla_decode", "gfx942", 0, "bf16", 64, num_q_heads=16, num_kv_heads=1, head_dim=576, s_q=1,
+                     max_batch=8, scale_mode="per_tensor")
+
+
+@pytest.mark.parametrize("heads,s_q,fp8", [(128, 1, None), (64, 1, None), (32, 2, None), (128, 1, "per_tensor")])
+def test_a_plan_object_loads_exactly_the_plan_choices(monkeypatch, heads, s_q, fp8):
+    """MLADecode's constructor (device facts and the loader stubbed: no GPU here) loads `plan_choices`' variants,
+    the choice at max_batch first."""
+    from types import SimpleNamespace
+
+    from kvforge.codegen.select import plan_choices
+    from kvforge.runtime import decode
+
+    monkeypatch.setattr(decode, "_on_rocm", lambda: False)
+    monkeypatch.setattr(decode, "device_arch", lambda device_id=0: "sm_90")
+    monkeypatch.setattr(decode, "sm_count", lambda device_id=0: 132)
+    loaded = []
+    monkeypatch.setattr(decode, "plan_for", lambda cfg, dev: loaded.append(cfg) or SimpleNamespace(num_sms=132))
+    dec = decode.MLADecode(num_heads=heads, page_size=64, max_batch=300, s_q=s_q, fp8_layout=fp8)
+    assert loaded == plan_choices("mla_decode", "sm_90", 132, "bf16", 64, num_q_heads=heads, num_kv_heads=1,
+                                  head_dim=576, s_q=s_q, max_batch=300,
+                                  scale_mode=fp8 or "none") == list(dec._plans)
