@@ -125,6 +125,12 @@ def cmd_plan(args) -> int:
     variants = [Variant(c) for c in configs]
     for v in variants:
         console.print(v.name, markup=False, highlight=False)
+    if args.out:
+        from kvforge.codegen.manifest import render_tree, write_tree
+
+        files = render_tree(variants)
+        write_tree(files, Path(args.out))
+        console.print(f"wrote {len(files)} files for {len(variants)} variants to {args.out}", markup=False)
     if not args.compile:
         return 0
     buildable, skipped = partition(variants)
@@ -191,6 +197,7 @@ def build_parser():
     pl.add_argument("--scale-block", type=int, help="--fp8 block: the scale block size")
     pl.add_argument("--arch", required=True, help="the device: sm_80, sm_86, sm_89, sm_90, gfx90a, gfx942")
     pl.add_argument("--sms", type=int, help="the device's SM count (NVIDIA arches)")
+    pl.add_argument("--out", help="also write their sources, C launchers and manifest into this folder (as generate)")
     pl.add_argument("--compile", action="store_true", help="also build them into the cache")
     pl.add_argument("--jobs", type=int, default=0, help="--compile: parallel processes (default: all cores)")
     pl.add_argument("--debug", action="store_true", help="--compile: bounded, trapping barrier waits")

@@ -107,6 +107,17 @@ def test_plan_lists_what_a_plan_object_loads_on_the_named_device(capsys):
     assert names == want and len(names) == 2 and any("_seesaw_" in n for n in names)  # both sm90 schedules
 
 
+def test_plan_out_writes_the_plans_sources_and_manifest(tmp_path, capsys):
+    import json
+
+    assert main(["plan", "mla", "--heads", "128", "--page-size", "64", "--max-batch", "256", "--arch", "sm_90",
+                 "--sms", "132", "--out", str(tmp_path)]) == 0
+    names = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("kvforge_")]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(names) == 2 and sorted(v["name"] for v in manifest["variants"]) == sorted(names)
+    assert all(list(tmp_path.rglob(f"{n}.cu")) for n in names)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["mla", "--heads", "128", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90"], "--sms"),
     (["mla", "--heads", "16", "--page-size", "48", "--max-batch", "8", "--arch", "sm_90", "--sms", "132"],
