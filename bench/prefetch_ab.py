@@ -53,7 +53,8 @@ def main() -> int:
             print(f"| {sh.label} | {base.backend} {getattr(base, 'fp8_staging', '')}: no TMA producer, skipped |")
             continue
         data = base.model_dump(mode="json")
-        cfgs = {"off": build(DecodeConfig, {**data, "l2_prefetch_tiles": 0}), **{f"pf{n}": build(DecodeConfig, {**data, "l2_prefetch_tiles": n}) for n in args.ahead}}
+        cfgs = {("off" if n == 0 else f"pf{n}"): build(DecodeConfig, {**data, "l2_prefetch_tiles": n})
+                for n in (0, *args.ahead)}
         copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes(sh, args.layout, None))))
         q, kv, bt, lens = make_inputs(sh, copies)
         if args.layout is None:

@@ -437,8 +437,8 @@ def test_long_chunks_hint_takes_the_seesaw_for_16_bit_split_launches_only():
 
 
 @pytest.mark.parametrize("family,hq,hkv,d,s_q,scale", [
-    ("mla_decode", 128, 1, 576, 1, "none"), ("mla_decode", 64, 1, 576, 1, "none"), ("mla_decode", 32, 1, 576, 2, "none"),
-    ("mla_decode", 16, 1, 576, 1, "none"), ("mla_decode", 128, 1, 576, 1, "per_tensor"),
+    ("mla_decode", 128, 1, 576, 1, "none"), ("mla_decode", 64, 1, 576, 1, "none"),
+    ("mla_decode", 32, 1, 576, 2, "none"), ("mla_decode", 16, 1, 576, 1, "none"), ("mla_decode", 128, 1, 576, 1, "per_tensor"),
     ("gqa_decode", 32, 8, 128, 1, "none"), ("gqa_decode", 64, 8, 128, 1, "per_tensor")])
 @pytest.mark.parametrize("arch,sms", [("sm_90", 132), ("sm_80", 108)])
 def test_plan_choices_are_every_choice_of_every_batch_and_hint(monkeypatch, family, hq, hkv, d, s_q, scale, arch, sms):
