@@ -75,9 +75,9 @@ def cmd_plan(args) -> int:
     """The variants a plan object (MLADecode / GQADecode) of these arguments loads on the named device, computed
     here without it: their names, and with --compile their builds (a build farm fills the cache serving machines
     then run from with KVFORGE_DISABLE_JIT=1)."""
-    from kvforge.codegen import policy
     from kvforge.codegen.decode_sm80 import FP8_ARCHS
     from kvforge.codegen.errors import ConfigError
+    from kvforge.codegen.plan_args import CLI_NAMES, check_plan_args
     from kvforge.codegen.select import plan_choices
     from kvforge.codegen.variant import Variant
 
@@ -89,25 +89,12 @@ def cmd_plan(args) -> int:
             if args.kv_heads not in (None, 1) or args.head_dim not in (None, 576):
                 raise ValueError("--kv-heads/--head-dim: MLA has one latent KV head of 576 (512 + 64 rope)")
             kv_heads, head_dim = 1, 576
-            if not 1 <= args.heads <= policy.MLA_MAX_HEADS:
-                raise ValueError(f"--heads={args.heads}: MLA decode supports 1..{policy.MLA_MAX_HEADS}")
         else:
             if args.kv_heads is None or args.head_dim is None:
                 raise ValueError("--kv-heads and --head-dim are required for gqa")
             kv_heads, head_dim = args.kv_heads, args.head_dim
-            if kv_heads < 1 or args.heads % kv_heads:
-                raise ValueError(f"--kv-heads={kv_heads}: must divide --heads={args.heads}")
-            if args.heads // kv_heads not in policy.GQA_GROUPS:
-                raise ValueError(f"--heads/--kv-heads: the group {args.heads // kv_heads} must be one of "
-                                 f"{', '.join(map(str, policy.GQA_GROUPS))}")
-            if head_dim not in policy.GQA_HEAD_DIMS:
-                raise ValueError(f"--head-dim={head_dim}: supported {', '.join(map(str, policy.GQA_HEAD_DIMS))}")
-        if args.page_size not in policy.PAGE_SIZES:
-            raise ValueError(f"--page-size={args.page_size}: supported {', '.join(map(str, policy.PAGE_SIZES))}")
-        if not 1 <= args.s_q <= policy.MAX_S_Q:
-            raise ValueError(f"--s-q={args.s_q}: supported 1..{policy.MAX_S_Q}")
-        if args.max_batch < 1:
-            raise ValueError(f"--max-batch={args.max_batch}: must be at least 1")
+        check_plan_args(family, CLI_NAMES, heads=args.heads, kv_heads=kv_heads, head_dim=head_dim,
+                        page_size=args.page_size, s_q=args.s_q, max_batch=args.max_batch, dtype=args.dtype)
         kv = planned_format(family, args.fp8, args.scale_block, head_dim)
         cuda = not args.arch.startswith("gfx")
         if cuda and (args.sms is None or args.sms < 1):

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 from kvforge.codegen import policy
 from kvforge.codegen.decode import DecodeConfig
+from kvforge.codegen.plan_args import MLA_PYTHON_NAMES, PYTHON_NAMES, check_plan_args
 from kvforge.codegen.variant import Variant
 
 from . import torch_ops
@@ -523,15 +524,10 @@ class _DecodeObject:
     def __init__(self, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str,
                  max_batch: int, s_q: int, device: int, config: DecodeConfig | None, fp8_layout: str | None = None,
                  scale_block_size: int | None = None) -> None:
-        if dtype not in ("bf16", "fp16"):
-            raise ValueError(f"dtype={dtype!r}: supported 'bf16', 'fp16'")
+        check_plan_args(self.family, MLA_PYTHON_NAMES if self.family == "mla_decode" else PYTHON_NAMES,
+                        heads=num_q_heads, kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size, s_q=s_q,
+                        max_batch=max_batch, dtype=dtype)
         kv = planned_format(self.family, fp8_layout, scale_block_size, head_dim)
-        if page_size not in policy.PAGE_SIZES:
-            raise ValueError(f"page_size={page_size}; supported: {', '.join(map(str, policy.PAGE_SIZES))}")
-        if not 1 <= s_q <= policy.MAX_S_Q:
-            raise ValueError(f"s_q={s_q} is outside the supported 1..{policy.MAX_S_Q}")
-        if max_batch < 1:
-            raise ValueError(f"max_batch={max_batch}: must be at least 1")
         self.device_id = device.index if hasattr(device, "index") and device.index is not None else int(device or 0)
         self.max_batch, self.s_q = max_batch, s_q
         self._shape = CallShape(self.family, self.device_id, dtype, max_batch, s_q, num_q_heads, num_kv_heads,
@@ -627,8 +623,6 @@ class MLADecode(_DecodeObject):
     def __init__(self, num_heads: int, page_size: int, dtype: str = "bf16", *, max_batch: int, s_q: int = 1,
                  device=0, config: DecodeConfig | None = None, fp8_layout: str | None = None,
                  scale_block_size: int | None = None) -> None:
-        if not 1 <= num_heads <= policy.MLA_MAX_HEADS:
-            raise ValueError(f"num_heads={num_heads}: MLA decode supports 1..{policy.MLA_MAX_HEADS}")
         super().__init__(num_q_heads=num_heads, num_kv_heads=1, head_dim=policy.MLA_DIMS[0], page_size=page_size,
                          dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config,
                          fp8_layout=fp8_layout, scale_block_size=scale_block_size)
@@ -650,11 +644,6 @@ class GQADecode(_DecodeObject):
     def __init__(self, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str = "bf16", *,
                  max_batch: int, s_q: int = 1, device=0, config: DecodeConfig | None = None,
                  fp8_layout: str | None = None, scale_block_size: int | None = None) -> None:
-        if head_dim not in policy.GQA_HEAD_DIMS:
-            raise ValueError(f"head_dim={head_dim}; supported: {', '.join(map(str, policy.GQA_HEAD_DIMS))}")
-        if num_kv_heads < 1 or num_q_heads % num_kv_heads or num_q_heads // num_kv_heads not in policy.GQA_GROUPS:
-            raise ValueError(f"num_q_heads={num_q_heads}, num_kv_heads={num_kv_heads}: the group must be one of "
-                             f"{', '.join(map(str, policy.GQA_GROUPS))}")
         super().__init__(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
                          dtype=dtype, max_batch=max_batch, s_q=s_q, device=device, config=config,
                          fp8_layout=fp8_layout, scale_block_size=scale_block_size)
