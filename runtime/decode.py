@@ -520,13 +520,13 @@ class _FixedPlan:
 
 class _DecodeObject:
     family = ""
+    arg_names = PYTHON_NAMES  # how the constructor spells its arguments, for check_plan_args' errors
 
     def __init__(self, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, dtype: str,
                  max_batch: int, s_q: int, device: int, config: DecodeConfig | None, fp8_layout: str | None = None,
                  scale_block_size: int | None = None) -> None:
-        check_plan_args(self.family, MLA_PYTHON_NAMES if self.family == "mla_decode" else PYTHON_NAMES,
-                        heads=num_q_heads, kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size, s_q=s_q,
-                        max_batch=max_batch, dtype=dtype)
+        check_plan_args(self.family, self.arg_names, heads=num_q_heads, kv_heads=num_kv_heads, head_dim=head_dim,
+                        page_size=page_size, s_q=s_q, max_batch=max_batch, dtype=dtype)
         kv = planned_format(self.family, fp8_layout, scale_block_size, head_dim)
         self.device_id = device.index if hasattr(device, "index") and device.index is not None else int(device or 0)
         self.max_batch, self.s_q = max_batch, s_q
@@ -619,6 +619,7 @@ class MLADecode(_DecodeObject):
     """
 
     family = "mla_decode"
+    arg_names = MLA_PYTHON_NAMES
 
     def __init__(self, num_heads: int, page_size: int, dtype: str = "bf16", *, max_batch: int, s_q: int = 1,
                  device=0, config: DecodeConfig | None = None, fp8_layout: str | None = None,
