@@ -268,9 +268,9 @@ class DecodeConfig(BaseModel):
 
     @property
     def merge_batch(self) -> int:
-        """merge_in_kernel: column pairs per split a merging thread loads at once (all splits' together:
-        16 float2 in flight, at least 2 per split)."""
-        return max(2, 16 // self.merged_splits)
+        """merge_in_kernel: 16-byte units (4 fp32 columns) per split a merging thread loads at once (all splits'
+        together: 8 in flight, at least 1 per split; 8 per split spills the fp8 lockstep kernel)."""
+        return max(1, 8 // self.merged_splits)
 
     @property
     def rescale_slack_log2(self) -> float:

@@ -393,6 +393,7 @@ class Sm90DecodeConfig(DecodeConfig):
             b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
+        b.add("work", 16, align=16)  # the CTA's split index and split count, for the epilogue
         if self.seesaw:
             b.add("row_max", WGMMA_M * 4, align=16)  # the running row maxima both warpgroups update
         b.add("barriers", 2 * self.num_kv_stages * self.kv_subs * MBARRIER_BYTES, align=MBARRIER_BYTES)
@@ -402,7 +403,30 @@ class Sm90DecodeConfig(DecodeConfig):
             b.add("landed", self.landed_barriers * MBARRIER_BYTES, align=MBARRIER_BYTES)
         # the kernel rounds the dynamic shared-memory base up to 1024 B: room for that
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
-        return b.build()
+        # the epilogue's rows (and the merge's weights) over Q and the ring, dead once every tile is consumed
+        b.overlay("epilogue", "q", self.epilogue_bytes)
+        return b.build(aliases=(("epilogue", "q"), ("epilogue", "kv_stages")))
+
+    @property
+    def epilogue_out_row_bytes(self) -> int:
+        """The epilogue stages each output row (head_dim_v 16-bit values) at this stride: 16 B of padding put
+        the 8 rows a warp's 4-byte accumulator stores reach on distinct banks."""
+        return self.head_dim_v * 2 + 16
+
+    @property
+    def epilogue_part_row_bytes(self) -> int:
+        """The same for the fp32 partials of a split sequence: 32 B of padding for 8-byte stores (a half-warp's
+        4 rows on distinct banks)."""
+        return self.head_dim_v * 4 + 32
+
+    @property
+    def epilogue_weights_offset(self) -> int:
+        """merge_in_kernel: the merge's per-row split weights (fp32 [q_rows][merged_splits]) after the rows."""
+        return WGMMA_M * self.epilogue_part_row_bytes
+
+    @property
+    def epilogue_bytes(self) -> int:
+        return self.epilogue_weights_offset + WGMMA_M * self.merged_splits * 4
 
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]

@@ -23,6 +23,13 @@ class SmemLayoutBuilder:
         self.end = offset + size
         return region
 
+    def overlay(self, name: str, over: str, size: int) -> Region:
+        """A region placed at region `over`'s offset, sharing its bytes (and any after it) on purpose: build()
+        must then declare it an alias of each region it reaches, and refuses it reaching any other."""
+        region = Region(name, next(r.offset for r in self.regions if r.name == over), size)
+        self.regions.append(region)
+        return region
+
     def build(self, aliases: tuple[tuple[str, str], ...] = ()) -> "SmemLayout":
         layout = SmemLayout(tuple(self.regions), self.end, aliases)
         clash = layout.overlaps()

@@ -111,14 +111,19 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
                  else ("LDG", "fp8 tiles loaded into the producers' registers"))
     for op, what in (("HGMMA", "wgmma"), loads, ("USETMAXREG", "setmaxnreg")):
         assert re.search(rf"\b{op}\b", main), f"no {op} ({what}) in the main kernel; {report}"
-    if variant.config.converts_in_slot:
-        # 72 / 216 registers (the seesaw's math needs 216): ptxas keeps a few words on the stack (24-28 B:
-        # LDL/STL in the producers' loop and the math's epilogue, none among its wgmmas; bench/RESULTS.md)
-        assert res.spill_store_bytes <= 32 and res.spill_load_bytes <= 32, report
-        return
     local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
-    assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"
-    assert res.spill_store_bytes == res.spill_load_bytes == 0, report
+    if variant.config.is_fp8:
+        # ptxas keeps a few words on the stack in the fp8 kernels (the slot staging's producers at 72 registers,
+        # values live across the math loop: 8-36 B, loaded in the prologue, the producers' loop, the epilogue;
+        # bench/RESULTS.md); never among the wgmmas
+        lines = main.splitlines()
+        gmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+        inside = [line.strip() for line in lines[gmma[0]:gmma[-1]] if re.search(r"\b(?:LDL|STL)\b", line)]
+        assert not inside, f"local memory among the wgmmas: {inside[:4]}; {report}"
+        assert res.spill_store_bytes <= 48 and res.spill_load_bytes <= 48, report
+    else:
+        assert not local, f"local memory in the main kernel ({', '.join(local)}); {report}"
+        assert res.spill_store_bytes == res.spill_load_bytes == 0, report
     # setmaxnreg only moves registers within the launch's allocation: asking for more hangs the kernel
     cfg = variant.config
     assert cfg.producer_regs + 2 * cfg.math_regs <= 3 * res.registers, (

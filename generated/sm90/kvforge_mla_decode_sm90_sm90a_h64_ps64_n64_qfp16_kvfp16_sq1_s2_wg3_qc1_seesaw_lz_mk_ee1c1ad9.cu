@@ -14,6 +14,7 @@
 //       other's softmax; P in the tiles' rope chunks; two sub-stages per ring stage, two producers.
 //   kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz_mk_ee1c1ad9_combine  merges the partials of sequences cut into several splits
 #include "kvforge/device_prelude.cuh"
+#include "kvforge/phase_trace.cuh"  // empty unless KVFORGE_PHASE_TRACE (bench/phase_trace.py)
 #include "kvforge/pipeline.cuh"
 #include "kvforge/sm80_tile.cuh"  // MmaType<T>::pack: the element conversions; cp_async_16
 #include "kvforge/sm90_tile.cuh"
@@ -55,18 +56,25 @@ constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr bool kMergeInKernel = true;
 constexpr int kMergeMaxSplits = 2;  // merge_in_kernel: the last CTA merges up to this many
-constexpr int kMergeBatch = 8;  // merge_in_kernel: float2 loads per split in flight per thread
-constexpr int kSmemBytes = 223552;
+constexpr int kMergeBatch = 4;  // merge_in_kernel: float4 loads per split in flight per thread
+constexpr int kSmemBytes = 223568;
 constexpr int kOffQ = 0;
 constexpr int kOffKV = 73728;
 constexpr int kOffRedMax = 221184;
 constexpr int kOffRedSum = 221696;
-constexpr int kOffBarriers = 222464;
+constexpr int kOffWork = 222208;  // int[2]: the CTA's split and split count (epilogue)
+constexpr int kOffBarriers = 222480;
 constexpr int kAlignSlack = 1008;
+// the epilogue's staged rows over Q and the ring (dead by then): 16-bit out rows or fp32 partial rows at these
+// strides, then (merge_in_kernel) the merge's split weights
+constexpr int kOffEpilogue = 0;
+constexpr int kEpiOutRowBytes = 1040;
+constexpr int kEpiPartRowBytes = 2080;
+constexpr int kEpiWeightsOffset = 133120;
 constexpr int kSubs = 2;  // ring sub-stages per stage
 constexpr int kSubSplit = 4;  // sub-stage R's first chunk
-constexpr int kOffRowMax = 222208;
-constexpr int kOffHandoffs = 222528;  // 2 mbarriers of 128 arrivals
+constexpr int kOffRowMax = 222224;
+constexpr int kOffHandoffs = 222544;  // 2 mbarriers of 128 arrivals
 constexpr int kHandoffArrivals = 128;
 constexpr int kBarMath = 1;  // named barrier over both math warpgroups
 constexpr float kLn2 = 0.6931471805599453f;
@@ -293,9 +301,11 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     pipe.producer_acquire(sub);
     u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(tb.count * (c1 - c0) * kBoxBytes), sub);
     tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, c0, c1 - c0, c0 * 64, 64);
+    if (t == 0) KVFORGE_TRACE(5, 0);  // the first tile's loads issued
     prefetch_ahead(kv_map, bt_row, w, t, c1 - c0, c0 * 64, 64);
     pipe.advance();
   }
+  KVFORGE_TRACE(6, 0);  // the last tile's loads issued
 }
 
 // ---- math warpgroups -----------------------------------------------------------------------------
@@ -328,18 +338,25 @@ __device__ __forceinline__ MathState make_math_state(int mt, const RowMap& rows,
 
 // Q [kQRows x kDqk] into SMEM in the swizzled chunk layout by 16-byte cp.async, every copy of a thread
 // in flight at once (a load-then-store loop waits out each load: ~10 us per CTA on the H200, before
-// the first QK); rows the CTA does not own are zero-filled.
-__device__ __forceinline__ void load_q(unsigned char* q_smem, const T* q, const RowMap& rows, const Work& w, int s_q,
-                                       int num_q_heads, int mt) {
+// the first QK); rows the CTA does not own are zero-filled. Issued by the math threads as soon as the CTA
+// knows its work, before the guard and ahead of the first KV tiles' loads (in the queue for HBM, which the
+// first tiles of every CTA saturate at the start: Q landed ~8 us after the CTA's entry when issued after
+// the barriers' setup, bench/phase_trace.py); awaited by q_landed.
+__device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
+                                        int num_q_heads, int mt) {
   for (int idx = mt; idx < kQRows * (kDqk / 8); idx += kMathThreads) {
     const int r = idx / (kDqk / 8), c = (idx % (kDqk / 8)) * 8;
     const bool valid = rows.valid(r);
     const T* src =
-        valid ? q + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
+        valid ? q + ((static_cast<long long>(b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
     kvforge::sm80::cp_async_16(q_smem + swizzled(r, c), src, valid);
   }
+}
+
+// This thread's Q copies have landed and are visible to wgmma (async proxy).
+__device__ __forceinline__ void q_landed() {
   kvforge::sm80::cp_async_wait_all();
-  wg::fence_proxy_async();  // the copies above are read by wgmma (async proxy)
+  wg::fence_proxy_async();
 }
 
 // A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only
@@ -419,26 +436,24 @@ __device__ __forceinline__ bool last_to_finish(int* counters, const Work& w, int
   return last;
 }
 
-// The last CTA's merge of its rows (wgmma accumulator layout, as `epilogue` wrote them): every split's
-// partial read back from L2, its own included (the accumulator is dead by then, so the merge needs no
-// registers beyond a batch of loads, whatever the math held), weighted by exp(lse_s - max) / sum; NaN rows
-// if the guard refused any split.
-__device__ __forceinline__ void merge_partials(const MathState& st, const RowMap& rows, const Work& w,
-                                               const float (&row_lse)[2], T* out, float* lse, const float* part_o,
-                                               const float* part_lse, int s_q, int num_q_heads, int num_splits) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = st.row[h];
-    if (!rows.valid(r)) continue;
-    const int qi = rows.qi(r), head = rows.head(r);
+// The last CTA's merge of its rows, read along each row: the split weights exp(lse_s - max) / sum first
+// (one thread per row, into `weights`; NaN weights for a row whose split the guard refused make its
+// output NaN), then 16-byte units of every split's fp32 row (this CTA's own from its staged rows in
+// shared memory, the others' from L2, kMergeBatch units per split in flight per thread) summed into out.
+__device__ __forceinline__ void merge_partials(const unsigned char* staged, float* weights, const RowMap& rows,
+                                               const Work& w, T* out, float* lse, const float* part_o,
+                                               const float* part_lse, int s_q, int num_q_heads, int num_splits,
+                                               int mt) {
+  const long long split_step = static_cast<long long>(s_q) * num_q_heads;
+  if (mt < kQRows && rows.valid(mt)) {
+    const int qi = rows.qi(mt), head = rows.head(mt);
     const long long prow0 = (static_cast<long long>(w.b) * num_splits * s_q + qi) * num_q_heads + head;
-    const long long split_step = static_cast<long long>(s_q) * num_q_heads;
     float wt[kMergeMaxSplits];
     float mx = neg_inf();
     bool refused = false;
 #pragma unroll
     for (int s = 0; s < kMergeMaxSplits; ++s) {
-      wt[s] = s >= w.n_splits ? neg_inf() : s == w.split ? row_lse[h] : __ldcg(part_lse + prow0 + s * split_step);
+      wt[s] = s < w.n_splits ? __ldcg(part_lse + prow0 + s * split_step) : neg_inf();
       refused |= wt[s] != wt[s];
       mx = fmaxf(mx, wt[s]);
     }
@@ -449,90 +464,133 @@ __device__ __forceinline__ void merge_partials(const MathState& st, const RowMap
       wt[s] = s < w.n_splits ? expf(wt[s] - base) : 0.f;
       sum += wt[s];
     }
-    const float norm = sum > 0.f ? 1.f / sum : 0.f;
+    const float norm = refused ? nan_f() : sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
-    for (int s = 0; s < kMergeMaxSplits; ++s) wt[s] *= norm;
-    const float* src = part_o + prow0 * kDv + st.g * kColsPerWG + 2 * st.tq;
-    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
-    T* dst = out + orow * kDv + st.g * kColsPerWG + 2 * st.tq;
-    // batches of kMergeBatch column pairs per split, the loads of a batch in flight together
+    for (int s = 0; s < kMergeMaxSplits; ++s) weights[mt * kMergeMaxSplits + s] = wt[s] * norm;
+    lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] =
+        refused ? nan_f() : sum > 0.f ? base + logf(sum) : neg_inf();
+  }
+  wg::named_sync(kBarMath, kMathThreads);
+  constexpr int kUnits = kDv / 4;  // float4 units per row
+  static_assert((kQRows * kUnits) % (kMathThreads * kMergeBatch) == 0, "merge batches");
 #pragma unroll 1
-    for (int i0 = 0; i0 < kColsPerWG / 8; i0 += kMergeBatch) {
-      float2 acc[kMergeBatch];
+  for (int i0 = mt; i0 < kQRows * kUnits; i0 += kMathThreads * kMergeBatch) {
+    float4 acc[kMergeBatch];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) acc[j] = make_float2(0.f, 0.f);
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const int idx = i0 + j * kMathThreads, r = idx / kUnits;
+      const float wo = weights[r * kMergeMaxSplits + w.split];
+      const float4 p = *reinterpret_cast<const float4*>(staged + r * kEpiPartRowBytes + (idx % kUnits) * 16);
+      acc[j] = make_float4(wo * p.x, wo * p.y, wo * p.z, wo * p.w);
+    }
 #pragma unroll
-      for (int s = 0; s < kMergeMaxSplits; ++s) {
-        if (s >= w.n_splits) break;
-        float2 p[kMergeBatch];
+    for (int s = 0; s < kMergeMaxSplits; ++s) {
+      if (s >= w.n_splits) break;
+      if (s == w.split) continue;
+      float4 p[kMergeBatch];
 #pragma unroll
-        for (int j = 0; j < kMergeBatch; ++j)
-          p[j] = __ldcg(reinterpret_cast<const float2*>(src + s * split_step * kDv + (i0 + j) * 8));
-#pragma unroll
-        for (int j = 0; j < kMergeBatch; ++j) {
-          acc[j].x += wt[s] * p[j].x;
-          acc[j].y += wt[s] * p[j].y;
-        }
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const int idx = i0 + j * kMathThreads, r = idx / kUnits;
+        const long long prow =
+            (static_cast<long long>(w.b) * num_splits * s_q + rows.qi(r)) * num_q_heads + rows.head(r) + s * split_step;
+        p[j] = rows.valid(r) ? __ldcg(reinterpret_cast<const float4*>(part_o + prow * kDv) + idx % kUnits)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j)
-        *reinterpret_cast<u32*>(dst + (i0 + j) * 8) =
-            OutPack::pack(refused ? nan_f() : acc[j].x, refused ? nan_f() : acc[j].y);
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const float ws = weights[((i0 + j * kMathThreads) / kUnits) * kMergeMaxSplits + s];
+        acc[j].x += ws * p[j].x;
+        acc[j].y += ws * p[j].y;
+        acc[j].z += ws * p[j].z;
+        acc[j].w += ws * p[j].w;
+      }
     }
-    if (st.g == 0 && st.tq == 0)
-      lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] =
-          refused ? nan_f() : sum > 0.f ? base + logf(sum) : neg_inf();
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const int idx = i0 + j * kMathThreads, r = idx / kUnits;
+      if (!rows.valid(r)) continue;
+      const long long orow = (static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r);
+      *reinterpret_cast<uint2*>(out + orow * kDv + (idx % kUnits) * 4) =
+          make_uint2(OutPack::pack(acc[j].x, acc[j].y), OutPack::pack(acc[j].z, acc[j].w));
+    }
   }
 }
 
-// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials. The final row
+// Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials. The rows go through
+// shared memory (`staged`: the Q and ring bytes, dead once every tile is consumed and both warpgroups have
+// passed the row-sum barrier) and leave in 16-byte stores along each row: the accumulator layout's own
+// 4-byte stores (8 rows a warp) took ~8 us per CTA on the H200 (bench/phase_trace.py). The final row
 // maxima: each thread's st.m, or (kMaxInSmem, the seesaw) `row_max` in shared memory, read after the
 // barrier that also orders the other warpgroup's last stores to it.
 template <bool kMaxInSmem = false>
 __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
-                                         const Work& w, float* red_sum, T* out, float* lse, float* part_o,
-                                         float* part_lse, int s_q, int num_q_heads, int num_splits, float out_scale,
-                                         int* merge_counters, const float* row_max = nullptr) {
+                                         const Work& w_in, float* red_sum, unsigned char* staged, T* out, float* lse,
+                                         float* part_o, float* part_lse, int s_q, int num_q_heads, int num_splits,
+                                         float out_scale, int* merge_counters, const float* row_max = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.l[h] = quad_sum(st.l[h]);
     if (st.tq == 0) red_sum[st.g * kQRows + st.row[h]] = st.l[h];
   }
   wg::named_sync(kBarMath, kMathThreads);
+  KVFORGE_TRACE(12, 128);  // the row sums exchanged
+  // the split and its count from shared memory (the prologue put them there): ptxas otherwise holds them
+  // across the math loop and, in the fp8 lockstep, on the stack
+  Work w = w_in;
+  w.split = reinterpret_cast<const int*>(red_sum + (kOffWork - kOffRedSum) / 4)[0];
+  w.n_splits = reinterpret_cast<const int*>(red_sum + (kOffWork - kOffRedSum) / 4)[1];
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.l[h] = red_sum[st.row[h]] + red_sum[kQRows + st.row[h]];
   const bool direct = w.n_splits == 1;
-  float row_lse[2] = {neg_inf(), neg_inf()};  // kept for merge_partials
+  const int part_seq = w.b * num_splits + w.split;  // the partials' [sequence][split] index (32-bit: see the SASS test)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = st.row[h];
-    if (!rows.valid(r)) continue;
-    const int qi = rows.qi(r), head = rows.head(r);
     const float inv = (st.l[h] > 0.f ? 1.f / st.l[h] : 0.f) * out_scale;  // out_scale: fp8 per-tensor V scale
     const float m = kMaxInSmem ? row_max[r] : st.m[h];
-    row_lse[h] = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
-    const long long orow = (static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head;
-    const long long prow = ((static_cast<long long>(w.b) * num_splits + w.split) * s_q + qi) * num_q_heads + head;
 #pragma unroll
     for (int i = 0; i < kColsPerWG / 8; ++i) {
       const int col = st.g * kColsPerWG + i * 8 + 2 * st.tq;
       const float v0 = o[4 * i + 2 * h] * inv, v1 = o[4 * i + 2 * h + 1] * inv;
-      if (direct) {
-        *reinterpret_cast<u32*>(out + orow * kDv + col) = OutPack::pack(v0, v1);
-      } else {
-        *reinterpret_cast<float2*>(part_o + prow * kDv + col) = make_float2(v0, v1);
-      }
+      if (direct) *reinterpret_cast<u32*>(staged + r * kEpiOutRowBytes + col * 2) = OutPack::pack(v0, v1);
+      else *reinterpret_cast<float2*>(staged + r * kEpiPartRowBytes + col * 4) = make_float2(v0, v1);
     }
-    if (st.g == 0 && st.tq == 0) {
-      if (direct) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = row_lse[h];
-      else part_lse[prow] = row_lse[h];
+    if (st.g == 0 && st.tq == 0 && rows.valid(r)) {
+      const int qi = rows.qi(r), head = rows.head(r);
+      const float row_lse = st.l[h] > 0.f ? m * kLn2 + logf(st.l[h]) : neg_inf();
+      if (direct) lse[(static_cast<long long>(w.b) * num_q_heads + head) * s_q + qi] = row_lse;
+      else part_lse[(static_cast<long long>(part_seq) * s_q + qi) * num_q_heads + head] = row_lse;
     }
   }
+  wg::named_sync(kBarMath, kMathThreads);  // the rows are staged
+  const int mt = st.g * 128 + st.lt;
+  if (direct) {
+    constexpr int kUnits = kDv * 2 / 16;  // 16-byte units per 16-bit row
+#pragma unroll 1
+    for (int idx = mt; idx < kQRows * kUnits; idx += kMathThreads) {
+      const int r = idx / kUnits, u = idx % kUnits;
+      if (!rows.valid(r)) continue;
+      const long long orow = (static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r);
+      reinterpret_cast<uint4*>(out + orow * kDv)[u] = *reinterpret_cast<const uint4*>(staged + r * kEpiOutRowBytes + u * 16);
+    }
+  } else {
+    constexpr int kUnits = kDv * 4 / 16;  // per fp32 row
+#pragma unroll 1
+    for (int idx = mt; idx < kQRows * kUnits; idx += kMathThreads) {
+      const int r = idx / kUnits, u = idx % kUnits;
+      if (!rows.valid(r)) continue;
+      const long long prow =
+          (static_cast<long long>(part_seq) * s_q + rows.qi(r)) * num_q_heads + rows.head(r);
+      reinterpret_cast<float4*>(part_o + prow * kDv)[u] = *reinterpret_cast<const float4*>(staged + r * kEpiPartRowBytes + u * 16);
+    }
+  }
+  KVFORGE_TRACE(13, 128);  // out/lse or the partials stored
   if constexpr (kMergeInKernel) {
     if (!direct && w.n_splits <= kMergeMaxSplits &&
-        last_to_finish(merge_counters, w, reinterpret_cast<int*>(red_sum), st.g * 128 + st.lt,
+        last_to_finish(merge_counters, w, reinterpret_cast<int*>(red_sum), mt,
                        [] { wg::named_sync(kBarMath, kMathThreads); }))
-      merge_partials(st, rows, w, row_lse, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
+      merge_partials(staged, reinterpret_cast<float*>(staged + kEpiWeightsOffset), rows, w, out, lse, part_o, part_lse,
+                     s_q, num_q_heads, num_splits, mt);
   }
 }
 
@@ -848,9 +906,10 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   sm.handoff[0].bar = reinterpret_cast<u64*>(smem + kOffHandoffs);
   sm.handoff[1].bar = sm.handoff[0].bar + 1;
   float* red_sum = reinterpret_cast<float*>(smem + kOffRedSum);
-  load_q(smem + kOffQ, q, rows, w, s_q, num_q_heads, mt);
+  q_landed();  // issued in the prologue (issue_q)
   if (mt < kQRows) sm.row_max[mt] = kMaxInit;
   wg::named_sync(kBarMath, kMathThreads);
+  KVFORGE_TRACE(7, 128);  // Q in shared memory
 
   MathState st = make_math_state(mt, rows, w, s_q, causal);  // (its m: unused, the maxima live in row_max)
   float o[kColsPerWG / 2];
@@ -867,11 +926,13 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   // Prologue: warpgroup 0's QK of tile 0 (warpgroup 1 runs each B's QK inside its pair).
   if (st.g == 0 && n > 0) {
     pa.consumer_wait(kL);
+    KVFORGE_TRACE(8, 128);  // the first tile's sub L landed
     qk_chunks(s, s2, sm.q_addr, sm.stage0, 0, kSubSplit, true);
     pa.consumer_wait(kR);
     qk_chunks(s, s2, sm.q_addr, sm.stage0, kSubSplit, kChunks, false);
     wg::wgmma_wait<0>();
     qk_merge(s, s2);
+    KVFORGE_TRACE(9, 128);  // the first QK done
   }
 
   int t = 0;
@@ -884,8 +945,11 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   else if (n - t == 1) pair<false, false, false>(o, s, s2, p, st, sm, pa, pb, w, t, scale_log2);
   // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
   kvforge_pdl_launch_dependents();
-  epilogue<true>(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale,
+  KVFORGE_TRACE(10, 128);  // every tile consumed (warpgroup 0)
+  KVFORGE_TRACE(11, 256);  // (warpgroup 1)
+  epilogue<true>(o, st, rows, w, red_sum, smem + kOffEpilogue, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale,
                  merge_counters, sm.row_max);  // its barrier also orders warpgroup 1's last row_max stores
+  KVFORGE_TRACE_EXIT(128);
 }
 }  // namespace
 
@@ -893,6 +957,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz_mk_ee1c1ad9(const __half* __restrict__ q, const __half* __restrict__ k_cache, const __half* __restrict__ v_cache, const int* __restrict__ block_table, const int* __restrict__ seqlens, __half* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ error_word, int s_q, int num_q_heads, int num_kv_heads, int num_pages, int max_pages, int num_splits, float scale_log2, int causal, int* __restrict__ merge_counters, const __grid_constant__ kvforge::sm90::TensorMap kv_map) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (kvforge::smem_u32(smem_raw) & 1023)) & 1023);
+  KVFORGE_TRACE_ENTRY();
   Work w;
   w.b = blockIdx.y;
   w.split = blockIdx.z;
@@ -906,6 +971,8 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz
   const int kv_head = kIsMLA ? 0 : blockIdx.x;
   const RowMap rows{static_cast<int>(blockIdx.x) * kHeadsPerCTA, s_q, num_q_heads};
   const int* bt_row = block_table + static_cast<long long>(w.b) * max_pages;
+  if (threadIdx.x >= 128) issue_q(smem + kOffQ, q, rows, w.b, s_q, num_q_heads, threadIdx.x - 128);
+
 #ifndef KVFORGE_UNGUARDED_FOR_MEASUREMENT  // bench/guard_ab.py only: times the guard's cost; never ship it
   if (!chunk_is_readable(bt_row, w.seqlen, w.key_begin, w.key_end, num_pages, max_pages, w.b, error_word, nullptr)) {
     poison_rows(rows, w, out, lse, part_lse, s_q, num_q_heads, num_splits);
@@ -917,12 +984,16 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz
       whole.n_splits = 1;  // NaN into out and lse
       poison_rows(rows, whole, out, lse, part_lse, s_q, num_q_heads, num_splits);
     }
+  kvforge::sm80::cp_async_wait_all();  // no copy outlives the CTA
     return;  // uniform per CTA
   }
 #endif
+  KVFORGE_TRACE(3, 0);  // the plan and the guard
 
   const Ring ring{reinterpret_cast<u64*>(smem + kOffBarriers)};
   if (threadIdx.x == 0) {
+    reinterpret_cast<int*>(smem + kOffWork)[0] = w.split;
+    reinterpret_cast<int*>(smem + kOffWork)[1] = w.n_splits;
     for (int i = 0; i < 2; ++i)  // before the ring's init, whose fence covers them
       kvforge::Handoff{reinterpret_cast<u64*>(smem + kOffHandoffs) + i}.init(kHandoffArrivals);
     static_assert(kHandoffArrivals == kMathThreads / 2, "a hand-off counts one warpgroup's threads");
@@ -931,6 +1002,7 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz
   }
   constexpr float out_scale = 1.f;
   __syncthreads();
+  KVFORGE_TRACE(4, 0);  // barriers initialized
   if (threadIdx.x < 128) {
     wg::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0 || threadIdx.x == 32) producer_loop(ring, smem, &kv_map, bt_row, w, threadIdx.x / 32);

@@ -927,7 +927,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_lz_mk_a6044999, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -947,7 +947,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_lz_mk_a6044999<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_lz_mk_a6044999<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1006,7 +1006,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_seesaw_lz_mk_490fc85c, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1026,7 +1026,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_seesaw_lz_mk_490fc85c<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvbf16_sq4_s2_wg3_qc1_seesaw_lz_mk_490fc85c<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1085,7 +1085,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_lz_mk_6885880d, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1105,7 +1105,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_lz_mk_6885880d<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_lz_mk_6885880d<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1164,7 +1164,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_seesaw_lz_mk_0339feb3, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1184,7 +1184,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_seesaw_lz_mk_0339feb3<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h32_ps64_n64_qbf16_kvbf16_sq2_s2_wg3_qc1_seesaw_lz_mk_0339feb3<<<dim3((num_q_heads + 31) / 32, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1243,7 +1243,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_0450d38a, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1263,7 +1263,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_0450d38a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_0450d38a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1322,7 +1322,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_83f569b9, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1342,7 +1342,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_83f569b9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps128_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_83f569b9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1401,7 +1401,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_124ecd0a, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1421,7 +1421,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_124ecd0a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_124ecd0a<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1480,7 +1480,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_e62e82db, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1500,7 +1500,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_e62e82db<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_e62e82db<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1560,7 +1560,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_a9a58047, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1573,7 +1573,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_a9a58047<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_a9a58047<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1633,7 +1633,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_65cae1aa, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223584);
+                                           223600);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1653,7 +1653,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_65cae1aa<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223584, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps16_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_65cae1aa<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223600, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1712,7 +1712,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_bc087c78, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1732,7 +1732,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_bc087c78<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_bc087c78<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1791,7 +1791,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_77317f2b, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1811,7 +1811,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_77317f2b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps32_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_77317f2b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1870,7 +1870,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_d3d6daf7, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1890,7 +1890,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_d3d6daf7<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_lz_mk_d3d6daf7<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -1949,7 +1949,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_5b6c79e2, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1969,7 +1969,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_5b6c79e2<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc1_seesaw_lz_mk_5b6c79e2<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2028,7 +2028,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_lz_mk_f65ccf46, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2048,7 +2048,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_lz_mk_f65ccf46<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvbf16_sq1_s2_wg3_qc2_lz_mk_f65ccf46<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2108,7 +2108,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s2_wg3_qc1_f8reg_lz_mk_7c5aca4d, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2121,7 +2121,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s2_wg3_qc1_f8reg_lz_mk_7c5aca4d<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_dsmla_sq1_s2_wg3_qc1_f8reg_lz_mk_7c5aca4d<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2181,7 +2181,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_9047e5b8, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2194,7 +2194,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_9047e5b8<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_f8reg_lz_mk_9047e5b8<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2254,7 +2254,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_lz_mk_10548d76, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2267,7 +2267,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_lz_mk_10548d76<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_lz_mk_10548d76<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2327,7 +2327,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_7e27be7b, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223584);
+                                           223600);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2347,7 +2347,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_7e27be7b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223584, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_seesaw_f8slot_pf2_lz_mk_7e27be7b<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223600, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2407,7 +2407,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s2_wg3_qc1_f8reg_lz_mk_70ff0e14, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2420,7 +2420,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s2_wg3_qc1_f8reg_lz_mk_70ff0e14<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_sb128_sq1_s2_wg3_qc1_f8reg_lz_mk_70ff0e14<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, merge_counters);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2479,7 +2479,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_lz_mk_7b364e09, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           231440);
+                                           231456);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2499,7 +2499,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_lz_mk_7b364e09<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231440, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_lz_mk_7b364e09<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 231456, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
@@ -2558,7 +2558,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz_mk_ee1c1ad9, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           223552);
+                                           223568);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -2578,7 +2578,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz_mk_ee1c1ad9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223552, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qfp16_kvfp16_sq1_s2_wg3_qc1_seesaw_lz_mk_ee1c1ad9<<<dim3((num_q_heads + 63) / 64, batch, num_splits), 384, 223568, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, merge_counters, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 2) {
