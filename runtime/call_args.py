@@ -115,6 +115,10 @@ def validate(family: str, q, k_cache, v_cache, block_table, cache_seqlens, out, 
         oa = device_view(out, "out", dtype=qa.dtype, device_id=dev)
         if oa.shape != tuple(out_shape):
             raise ValueError(f"out: shape must be {tuple(out_shape)}, got {oa.shape}")
+    for a in (qa, oa):  # the kernels move 16-byte units of q's and out's rows (cp.async, vector and bulk stores)
+        if a is not None and a.ptr % 16:
+            raise ValueError(f"{a.name}: data pointer {a.ptr:#x} is not 16-byte aligned (the kernels move 16-byte "
+                             f"units of its rows); pass a tensor whose storage starts on a 16-byte boundary")
     if lse is not None:
         la = device_view(lse, "lse", dtype="fp32", device_id=dev)
         if la.shape != lse_shape:

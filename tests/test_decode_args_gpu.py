@@ -52,6 +52,21 @@ def test_mla_wrong_dtypes(mla):
         _mla(mla, kv_cache=mla.k.to(torch.float8_e4m3fn))
 
 
+def test_q_and_out_must_start_on_16_bytes(mla):
+    import torch
+
+    def shifted(t):  # same shape and contents, storage 2 bytes past a 16-byte boundary
+        flat = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
+        view = flat[1:1 + t.numel()].view(t.shape)
+        view.copy_(t)
+        return view
+
+    with pytest.raises(ValueError, match=r"^q: data pointer 0x[0-9a-f]+ is not 16-byte aligned"):
+        _mla(mla, q=shifted(mla.q))
+    with pytest.raises(ValueError, match=r"^out: data pointer 0x[0-9a-f]+ is not 16-byte aligned"):
+        _mla(mla, out=shifted(torch.empty(*mla.q.shape[:-1], 512, dtype=mla.q.dtype, device=mla.q.device)))
+
+
 def test_mla_wrong_shapes(mla):
     with pytest.raises(ValueError, match=r"^q: last dimension must be 576"):
         _mla(mla, q=mla.q[..., :512].contiguous())
