@@ -6,7 +6,7 @@ first. Times the built-in call (as bench.py makes it: with the max_seq_len hint)
     python bench/tree_ab.py --base /path/to/base/checkout [--rounds 3] [--shapes quick|short|all]
 
 quick: bench.py's MLA shapes; short: launches of few tiles per CTA (where a launch's fixed cost weighs:
-bench/overhead_fit.py, bench/phase_trace.py); all: both. Prints the median per tree and base / this (> 1: this
+bench/overhead_fit.py, bench/phase_trace.py); all: both; fp8: three of them on per-tensor e4m3 caches. Prints the median per tree and base / this (> 1: this
 tree is faster).
 """
 import argparse
@@ -27,14 +27,20 @@ assert kvforge.__file__.startswith({root!r}), (kvforge.__file__, {root!r})
 SHORT = [Shape("mla_decode", 64, 512, 128), Shape("mla_decode", 128, 512, 64), Shape("mla_decode", 32, 1024, 128),
          Shape("mla_decode", 32, 2048, 128), Shape("mla_decode", 1, 32768, 128), Shape("mla_decode", 64, 4096, 128)]
 QUICK = [sh for sh in SHAPES if sh.family == "mla_decode"]
-shapes = {{"quick": QUICK, "short": SHORT, "all": QUICK + SHORT}}[{which!r}]
+FP8 = [Shape("mla_decode", 128, 4096, 128), Shape("mla_decode", 128, 4096, 64), Shape("mla_decode", 32, 8192, 128)]
+shapes = {{"quick": QUICK, "short": SHORT, "all": QUICK + SHORT, "fp8": FP8}}[{which!r}]
 out = []
 for sh in shapes:
     copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
     q, kv, bt, lens = make_inputs(sh, copies)
-    calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, causal=sh.s_q > 1, max_seq_len=sh.s_k)
-             for i in range(copies)]
-    out.append((sh.label, graph_ms(calls, 20)))
+    if {which!r} == "fp8":  # per-tensor e4m3 caches of the same values
+        kv = [kvforge.quantize_kv(k, "per_tensor") for k, _ in kv]
+        calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, kv_scale=kv[i][1], max_seq_len=sh.s_k)
+                 for i in range(copies)]
+    else:
+        calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, causal=sh.s_q > 1, max_seq_len=sh.s_k)
+                 for i in range(copies)]
+    out.append((sh.label + (" fp8 per-tensor" if {which!r} == "fp8" else ""), graph_ms(calls, 20)))
     del q, kv
     torch.cuda.empty_cache()
 print("RESULT " + json.dumps(out))
@@ -55,7 +61,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, type=Path, help="the other checkout (its root holds kvforge/)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--shapes", choices=("quick", "short", "all"), default="all")
+    ap.add_argument("--shapes", choices=("quick", "short", "all", "fp8"), default="all")
     args = ap.parse_args()
     trees = {"base": args.base.resolve(), "this": HERE.parent}
     times: dict[str, dict[str, list]] = {"base": {}, "this": {}}

@@ -1,5 +1,6 @@
 """The arguments a decode plan is made for, checked in one place: the head layout, page size, s_q, max_batch
-and dtype that the runtime's plan objects (MLADecode, GQADecode) and `kvforge plan` take. Each error names
+and dtype that the runtime's plan objects (MLADecode, GQADecode) and `kvforge plan` take, and whether an arch
+reads fp8 caches (the runtime's device, `kvforge plan --arch`). Each error names
 the argument as its caller spells it (`num_q_heads=` in Python, `--heads=` on the command line) and the
 allowed values, before anything is selected, compiled or launched."""
 from __future__ import annotations
@@ -42,3 +43,17 @@ def check_plan_args(family: str, names: dict[str, str], *, heads: int, page_size
         raise ValueError(f"{n['s_q']}={s_q}: supported 1..{policy.MAX_S_Q}")
     if max_batch < 1:
         raise ValueError(f"{n['max_batch']}={max_batch}: must be at least 1")
+
+
+def check_fp8_arch(arch: str, arg: str, device: str) -> None:
+    """Raise ValueError naming `arg` (the fp8 cache or flag) unless `arch` reads fp8 e4m3 KV: a CUDA arch with the
+    hardware e4m3 conversion (sm_89 and newer). `device` says where the arch came from ('this device is',
+    '--arch')."""
+    from .decode_sm80 import FP8_ARCHS
+
+    if arch.startswith("gfx"):
+        raise ValueError(f"{arg}: fp8 KV caches are not supported on AMD GPUs ({device} {arch}: the cdna backend "
+                         "reads bf16/fp16; MI300's native fp8 is e4m3fnuz)")
+    if arch not in FP8_ARCHS:
+        raise ValueError(f"{arg}: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer ({device} {arch}); "
+                         "use a bf16/fp16 cache")

@@ -75,9 +75,8 @@ def cmd_plan(args) -> int:
     """The variants a plan object (MLADecode / GQADecode) of these arguments loads on the named device, computed
     here without it: their names, and with --compile their builds (a build farm fills the cache serving machines
     then run from with KVFORGE_DISABLE_JIT=1)."""
-    from kvforge.codegen.decode_sm80 import FP8_ARCHS
     from kvforge.codegen.errors import ConfigError
-    from kvforge.codegen.plan_args import CLI_NAMES, check_plan_args
+    from kvforge.codegen.plan_args import CLI_NAMES, check_fp8_arch, check_plan_args
     from kvforge.codegen.select import plan_choices
     from kvforge.codegen.variant import Variant
 
@@ -100,8 +99,8 @@ def cmd_plan(args) -> int:
         if cuda and (args.sms is None or args.sms < 1):
             raise ValueError("--sms: the device's SM count is required for NVIDIA arches (132 on an H100/H200 SXM, "
                              "108 on an A100)")
-        if kv is not None and cuda and args.arch not in FP8_ARCHS:
-            raise ValueError(f"--fp8: fp8 KV needs sm_89 or newer (got --arch {args.arch})")
+        if kv is not None:
+            check_fp8_arch(args.arch, "--fp8", "--arch")
         configs = plan_choices(family, args.arch, args.sms or 0, args.dtype, args.page_size, num_q_heads=args.heads,
                                num_kv_heads=kv_heads, head_dim=head_dim, s_q=args.s_q, max_batch=args.max_batch,
                                scale_mode=kv.scale_mode if kv else "none",

@@ -53,24 +53,21 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
     (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule).
     `long_chunks`: a caller's max_seq_len says the split chunks are long (`_long_chunks`)."""
+    from kvforge.codegen.plan_args import check_fp8_arch
+
     from .select import select_cdna_config, select_for_launch
 
+    fp8 = kv is not None and kv.is_fp8
     if _on_rocm():
         from .hip_launch import rocm_arch
 
-        if kv is not None and kv.is_fp8:
-            raise ValueError("kv_cache: fp8 KV caches are not supported on AMD GPUs (the cdna backend reads "
-                             "bf16/fp16; MI300's native fp8 is e4m3fnuz)")
-
+        if fp8:
+            check_fp8_arch(rocm_arch(device_id), "kv_cache", "this device is")
         return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
                                   s_q=s_q)
-    from kvforge.codegen.decode_sm80 import FP8_ARCHS
-
-    fp8 = kv is not None and kv.is_fp8
     arch = device_arch(device_id)
-    if fp8 and arch not in FP8_ARCHS:
-        raise ValueError(f"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer; this device is "
-                         f"{arch} (use a bf16/fp16 cache)")
+    if fp8:
+        check_fp8_arch(arch, "kv_cache", "this device is")
     return select_for_launch(family, arch, 0 if batch is None else sm_count(device_id), dtype, page_size,
                              heads=heads, head_dim=head_dim, s_q=s_q, batch=batch, long_chunks=long_chunks,
                              scale_mode=kv.scale_mode if fp8 else "none",

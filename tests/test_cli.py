@@ -137,7 +137,9 @@ def test_plan_out_writes_the_plans_sources_and_manifest(tmp_path, capsys):
     (["mla", "--heads", "129", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90", "--sms", "132"],
      "--heads=129: MLA decode supports 1..128"),
     (["mla", "--heads", "16", "--page-size", "64", "--max-batch", "8", "--arch", "sm_86", "--sms", "84",
-      "--fp8", "per_tensor"], "fp8 KV needs sm_89"),
+      "--fp8", "per_tensor"], "--fp8: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer (--arch sm_86)"),
+    (["mla", "--heads", "16", "--page-size", "64", "--max-batch", "8", "--arch", "gfx942", "--fp8", "per_tensor"],
+     "--fp8: fp8 KV caches are not supported on AMD GPUs (--arch gfx942"),
     (["mla", "--heads", "16", "--page-size", "64", "--max-batch", "8", "--arch", "sm_90", "--sms", "132",
       "--fp8", "block"], "scale_block_size"),
 ])

@@ -165,15 +165,18 @@ def test_argument_slots_follow_the_contract_order_and_types():
 def test_fp8_caches_are_refused_on_rocm_and_on_pre_sm89_gpus(monkeypatch):
     """No AMD backend reads OCP e4m3fn (MI300's native fp8 is e4m3fnuz); sm_80/sm_86 have no e4m3
     conversion: both refuse before any variant is chosen, saying why."""
-    from kvforge.runtime import decode
+    from kvforge.runtime import decode, hip_launch
 
     fp8 = KVFormat("fp8_e4m3", "per_tensor")
     monkeypatch.setattr(decode, "_on_rocm", lambda: True)
-    with pytest.raises(ValueError, match=r"kv_cache: fp8 KV caches are not supported on AMD GPUs .*e4m3fnuz"):
+    monkeypatch.setattr(hip_launch, "rocm_arch", lambda device_id=0: "gfx942")
+    with pytest.raises(ValueError, match=r"^kv_cache: fp8 KV caches are not supported on AMD GPUs \(this device is "
+                                         r"gfx942: .*e4m3fnuz\)"):
         decode.select_config("gqa_decode", "bf16", 16, 4, 128, 1, 0, fp8)
     monkeypatch.setattr(decode, "_on_rocm", lambda: False)
     monkeypatch.setattr(decode, "device_arch", lambda device_id: "sm_86")
-    with pytest.raises(ValueError, match=r"kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 .* sm_86"):
+    with pytest.raises(ValueError, match=r"^kv_cache: fp8 KV needs the hardware e4m3 conversion of sm_89 and newer "
+                                         r"\(this device is sm_86\); use a bf16/fp16 cache"):
         decode.select_config("mla_decode", "bf16", 64, 16, 576, 1, 0, fp8)
 
 
