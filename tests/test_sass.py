@@ -434,3 +434,22 @@ def test_l2_prefetch_issues_tma_prefetches_from_the_producers_only(pair, tmp_pat
         assert len(re.findall(op, os_)) == len(re.findall(op, fs)), op
     assert ok.resources.spill_store_bytes <= fk.resources.spill_store_bytes and \
         ok.resources.spill_load_bytes <= fk.resources.spill_load_bytes, (ok.resources, fk.resources)
+
+
+@needs_nvrtc
+@needs_cuobjdump
+def test_the_phase_trace_compiles_in_only_when_defined(tmp_path):
+    """bench/phase_trace.py's marks (KVFORGE_PHASE_TRACE, measurement only): with the define the seesaw kernel
+    reads the global timer and the SM's clock into the kvforge_phase_trace array, with the same wgmmas; without it
+    the shipped kernel has neither."""
+    from kvforge.codegen.render import render_variant
+    from kvforge.runtime.compiler import compile_source
+
+    variant = next(v for v in ALL_SM90 if v.config.seesaw and not v.config.is_fp8)
+    source = render_variant(variant)
+    traced = compile_source(variant.name, variant.arch, "#define KVFORGE_PHASE_TRACE 1\n" + source)
+    plain = compile_source(variant.name, variant.arch, source)
+    ts, ps = sass_functions(traced.cubin, tmp_path)[variant.name], sass_functions(plain.cubin, tmp_path)[variant.name]
+    assert b"kvforge_phase_trace" in traced.cubin and b"kvforge_phase_trace" not in plain.cubin
+    assert re.search(r"SR_GLOBALTIMER", ts) and not re.search(r"SR_GLOBALTIMER", ps)
+    assert len(re.findall(r"\bHGMMA\b", ts)) == len(re.findall(r"\bHGMMA\b", ps))
