@@ -1,0 +1,114 @@
+"""How fast can this GPU stream a buffer into shared memory? A read ceiling measured the way the decode kernels
+read (bulk copies into an mbarrier ring, `kvforge/pipeline.cuh`), next to bench.py's (a torch reduction over
+4 GB) and the device copy.
+
+    python bench/read_ceiling.py [--gib 4] [--chunks 8192,16384,32768] [--stages 2,4,8] [--ctas-per-sm 1,2,4]
+
+Each CTA is one producer warp (its first lane issues `cp.async.bulk` of `chunk` bytes into the next free slot of a
+`stages`-deep ring) and one consumer warp (waits for each slot, reads one 16-byte word of it into a checksum, releases
+it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. Median of CUDA-event timings after
+warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per configuration and the best, with torch's
+reduction and copy in the same run: whether a decode kernel reading at X% of bench.py's ceiling has headroom is
+what this says (issue 8: kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the torch reduction's ~4.3).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench import ceilings, median_ms  # noqa: E402
+
+SOURCE = r"""
+#include "kvforge/pipeline.cuh"
+namespace {
+constexpr int kStages = %(stages)d;
+constexpr int kChunk = %(chunk)d;
+using Ring = kvforge::KVRing<kStages, 1, 1, 1>;
+}
+extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsigned char* src, long long chunks,
+                                                                      unsigned long long* sink) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Ring ring{reinterpret_cast<kvforge::u64*>(smem + kStages * kChunk)};
+  if (threadIdx.x == 0) ring.init();
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x != 0) return;
+    kvforge::PipelineProducer<Ring> pipe{ring};
+    for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {
+      pipe.producer_acquire();
+      kvforge::u64* full = pipe.producer_commit_expect_tx(kChunk);
+      kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + c * kChunk, kChunk, full);
+      pipe.advance();
+    }
+  } else {
+    kvforge::PipelineConsumer<Ring> pipe{ring};
+    unsigned long long sum = 0;
+    for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {
+      pipe.consumer_wait();
+      if (threadIdx.x == 32) sum += *reinterpret_cast<const unsigned long long*>(smem + pipe.index() * kChunk);
+      __syncwarp();
+      if (threadIdx.x == 32) pipe.release_all();
+      pipe.advance();
+    }
+    if (threadIdx.x == 32) atomicAdd(sink, sum);  // keeps the reads
+  }
+}
+"""
+
+
+def build(stages: int, chunk: int):
+    from kvforge.runtime.compiler import compile_source
+    from kvforge.runtime.launch import load
+
+    k = compile_source("kvforge_read_ceiling", "sm_90a", SOURCE % {"stages": stages, "chunk": chunk})
+    smem = stages * chunk + 2 * stages * 8
+    return load(k, "kvforge_read_ceiling", smem), smem
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=4.0)
+    ap.add_argument("--chunks", default="8192,16384,32768")
+    ap.add_argument("--stages", default="2,4,8")
+    ap.add_argument("--ctas-per-sm", default="1,2,4")
+    args = ap.parse_args()
+    nbytes = int(args.gib * (1 << 30)) // 65536 * 65536
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    sink = torch.zeros(1, dtype=torch.int64, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    import numpy as np
+
+    from kvforge.runtime.launch import resolve_stream
+
+    stream = resolve_stream(torch.cuda.current_stream(), 0)  # the stream the CUDA events time
+    results = []
+    for chunk in (int(x) for x in args.chunks.split(",")):
+        for stages in (int(x) for x in args.stages.split(",")):
+            if stages * chunk > 220 * 1024:
+                continue
+            kernel, smem = build(stages, chunk)
+            for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
+                if per_sm * (smem + 1024) > 228 * 1024:
+                    continue
+                argv = (src.data_ptr(), np.int64(nbytes // chunk), sink.data_ptr())
+
+                def run():
+                    kernel.launch((sms * per_sm, 1, 1), (64, 1, 1), smem, stream, *argv)
+
+                ms = median_ms(run, iters=20)
+                results.append((nbytes / ms / 1e6, chunk, stages, per_sm))
+                print(f"chunk {chunk:6d} B, {stages} stages, {per_sm} CTAs/SM: {results[-1][0]:7.0f} GB/s", flush=True)
+    ref = ceilings()
+    best = max(results)
+    print(f"\nbest bulk-copy read: {best[0]:.0f} GB/s (chunk {best[1]} B, {best[2]} stages, {best[3]} CTAs/SM); "
+          f"torch reduction {ref['read']:.0f} GB/s, device copy {ref['copy']:.0f} GB/s (read+write), "
+          f"median of the bulk configurations {statistics.median(r[0] for r in results):.0f} GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
