@@ -331,7 +331,9 @@ class _Runner:
             sig = (plan_source.key, _torch_facts(q), _torch_facts(k), None if v is k else _torch_facts(v),
                    _torch_facts(bt), _torch_facts(sl), None if out is None else _torch_facts(out),
                    None if lse is None else _torch_facts(lse),
-                   None if scales is None else tuple(_scale_facts(x) for x in scales.values()))
+                   None if scales is None else tuple(_scale_facts(x) for x in scales.values()),
+                   # q's and out's 16-byte alignment (validate's check): a shifted view is a new signature
+                   q.data_ptr() & 15, None if out is None else out.data_ptr() & 15)
         except (AttributeError, TypeError):  # an argument that is not a torch tensor: full checks below
             sig = None
         prep = self._seen.get(sig) if sig is not None else None
