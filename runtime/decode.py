@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from kvforge.codegen import policy
 from kvforge.codegen.decode import DecodeConfig
-from kvforge.codegen.plan_args import MLA_PYTHON_NAMES, PYTHON_NAMES, check_plan_args
+from kvforge.codegen.plan_args import MLA_PYTHON_NAMES, PYTHON_NAMES, check_fp8_arch, check_plan_args
 from kvforge.codegen.variant import Variant
 
 from . import torch_ops
@@ -53,18 +53,16 @@ def select_config(family: str, dtype: str, page_size: int, heads: int, head_dim:
     `kv`: an fp8 cache's format (None: a 16-bit cache of `dtype`). `batch`: the launch's sequences
     (None: unknown), which tells how many chunks the split plan cuts each into (the sm90 MLA schedule).
     `long_chunks`: a caller's max_seq_len says the split chunks are long (`_long_chunks`)."""
-    from kvforge.codegen.plan_args import check_fp8_arch
-
     from .select import select_cdna_config, select_for_launch
 
     fp8 = kv is not None and kv.is_fp8
     if _on_rocm():
         from .hip_launch import rocm_arch
 
+        arch = rocm_arch(device_id)
         if fp8:
-            check_fp8_arch(rocm_arch(device_id), "kv_cache", "this device is")
-        return select_cdna_config(family, rocm_arch(device_id), dtype, page_size, heads=heads, head_dim=head_dim,
-                                  s_q=s_q)
+            check_fp8_arch(arch, "kv_cache", "this device is")
+        return select_cdna_config(family, arch, dtype, page_size, heads=heads, head_dim=head_dim, s_q=s_q)
     arch = device_arch(device_id)
     if fp8:
         check_fp8_arch(arch, "kv_cache", "this device is")

@@ -516,6 +516,20 @@ __device__ __forceinline__ void merge_partials(const unsigned char* staged, floa
   }
 }
 
+// The staged rows (kRowBytes apart in shared memory, kDv values of E each) to global memory, row r at dst_row(r),
+// in 16-byte units along each row, spread over the math threads; rows the CTA does not own are skipped.
+template <typename E, int kRowBytes, typename DstRow>
+__device__ __forceinline__ void store_staged_rows(const unsigned char* staged, const RowMap& rows, int mt,
+                                                  DstRow dst_row) {
+  constexpr int kUnits = kDv * static_cast<int>(sizeof(E)) / 16;
+#pragma unroll 1
+  for (int idx = mt; idx < kQRows * kUnits; idx += kMathThreads) {
+    const int r = idx / kUnits, u = idx % kUnits;
+    if (!rows.valid(r)) continue;
+    reinterpret_cast<uint4*>(dst_row(r))[u] = *reinterpret_cast<const uint4*>(staged + r * kRowBytes + u * 16);
+  }
+}
+
 // Epilogue: row sums of both warpgroups, then out/lse (one split) or the fp32 partials. The rows go through
 // shared memory (`staged`: the Q and ring bytes, dead once every tile is consumed and both warpgroups have
 // passed the row-sum barrier) and leave in 16-byte stores along each row: the accumulator layout's own
@@ -564,26 +578,14 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
   }
   wg::named_sync(kBarMath, kMathThreads);  // the rows are staged
   const int mt = st.g * 128 + st.lt;
-  if (direct) {
-    constexpr int kUnits = kDv * 2 / 16;  // 16-byte units per 16-bit row
-#pragma unroll 1
-    for (int idx = mt; idx < kQRows * kUnits; idx += kMathThreads) {
-      const int r = idx / kUnits, u = idx % kUnits;
-      if (!rows.valid(r)) continue;
-      const long long orow = (static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r);
-      reinterpret_cast<uint4*>(out + orow * kDv)[u] = *reinterpret_cast<const uint4*>(staged + r * kEpiOutRowBytes + u * 16);
-    }
-  } else {
-    constexpr int kUnits = kDv * 4 / 16;  // per fp32 row
-#pragma unroll 1
-    for (int idx = mt; idx < kQRows * kUnits; idx += kMathThreads) {
-      const int r = idx / kUnits, u = idx % kUnits;
-      if (!rows.valid(r)) continue;
-      const long long prow =
-          (static_cast<long long>(part_seq) * s_q + rows.qi(r)) * num_q_heads + rows.head(r);
-      reinterpret_cast<float4*>(part_o + prow * kDv)[u] = *reinterpret_cast<const float4*>(staged + r * kEpiPartRowBytes + u * 16);
-    }
-  }
+  if (direct)
+    store_staged_rows<T, kEpiOutRowBytes>(staged, rows, mt, [&](int r) {
+      return out + ((static_cast<long long>(w.b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDv;
+    });
+  else
+    store_staged_rows<float, kEpiPartRowBytes>(staged, rows, mt, [&](int r) {
+      return part_o + ((static_cast<long long>(part_seq) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDv;
+    });
   KVFORGE_TRACE(13, 128);  // out/lse or the partials stored
   if constexpr (kMergeInKernel) {
     if (!direct && w.n_splits <= kMergeMaxSplits &&
