@@ -538,7 +538,8 @@ __device__ __forceinline__ void store_staged_rows(const unsigned char* staged, c
 // barrier that also orders the other warpgroup's last stores to it.
 template <bool kMaxInSmem = false>
 __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
-                                         const Work& w_in, float* red_sum, unsigned char* staged, T* out, float* lse,
+                                         const Work& w_in, float* red_sum, const int* work, unsigned char* staged,
+                                         T* out, float* lse,
                                          float* part_o, float* part_lse, int s_q, int num_q_heads, int num_splits,
                                          float out_scale, int* merge_counters, const float* row_max = nullptr) {
 #pragma unroll
@@ -548,11 +549,11 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
   }
   wg::named_sync(kBarMath, kMathThreads);
   KVFORGE_TRACE(12, 128);  // the row sums exchanged
-  // the split and its count from shared memory (the prologue put them there): ptxas otherwise holds them
+  // the split and its count from shared memory (`work`: the prologue put them there): ptxas otherwise holds them
   // across the math loop and, in the fp8 lockstep, on the stack
   Work w = w_in;
-  w.split = reinterpret_cast<const int*>(red_sum + (kOffWork - kOffRedSum) / 4)[0];
-  w.n_splits = reinterpret_cast<const int*>(red_sum + (kOffWork - kOffRedSum) / 4)[1];
+  w.split = work[0];
+  w.n_splits = work[1];
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.l[h] = red_sum[st.row[h]] + red_sum[kQRows + st.row[h]];
   const bool direct = w.n_splits == 1;
@@ -949,8 +950,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   kvforge_pdl_launch_dependents();
   KVFORGE_TRACE(10, 128);  // every tile consumed (warpgroup 0)
   KVFORGE_TRACE(11, 256);  // (warpgroup 1)
-  epilogue<true>(o, st, rows, w, red_sum, smem + kOffEpilogue, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale,
-                 merge_counters, sm.row_max);  // its barrier also orders warpgroup 1's last row_max stores
+  epilogue<true>(o, st, rows, w, red_sum, reinterpret_cast<const int*>(smem + kOffWork), smem + kOffEpilogue, out, lse,
+                 part_o, part_lse, s_q, num_q_heads, num_splits, out_scale, merge_counters, sm.row_max);  // its barrier also orders warpgroup 1's last row_max stores
   KVFORGE_TRACE_EXIT(128);
 }
 }  // namespace
