@@ -3,10 +3,14 @@ read (bulk copies into an mbarrier ring, `kvforge/pipeline.cuh`), next to bench.
 4 GB) and the device copy.
 
     python bench/read_ceiling.py [--gib 4] [--chunks 8192,16384,32768] [--stages 2,4,8] [--ctas-per-sm 1,2,4]
+                                 [--row-bytes 256 --heads 8]
 
 Each CTA is one producer warp (its first lane issues `cp.async.bulk` of `chunk` bytes into the next free slot of a
 `stages`-deep ring) and one consumer warp (waits for each slot, reads one 16-byte word of it into a checksum, releases
-it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. Median of CUDA-event timings after
+it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. `--row-bytes R`: the slot is filled instead
+by one bulk copy per R-byte row, issued by the producer warp's 32 lanes, the rows `--heads` rows apart in memory (how
+the GQA kernel's bulk producers fill a tile from a paged [pages][page][heads][D] cache): whether row-sized copies cap
+the rate (issue 8; twenty-first session: one copy per slot reads 4.65 TB/s, the GQA kernel 4.1-4.2). Median of CUDA-event timings after
 warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per configuration and the best, with torch's
 reduction and copy in the same run: whether a decode kernel reading at X% of bench.py's ceiling has headroom is
 what this says (issue 8: kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the torch reduction's ~4.3).
@@ -27,7 +31,10 @@ SOURCE = r"""
 namespace {
 constexpr int kStages = %(stages)d;
 constexpr int kChunk = %(chunk)d;
+constexpr int kRow = %(row)d;      // 0: one copy per slot; else kChunk / kRow copies of kRow bytes by the warp's lanes
+constexpr int kHeads = %(heads)d;  // rows copies: a slot's rows are every kHeads-th row (one head of a paged cache)
 using Ring = kvforge::KVRing<kStages, 1, 1, 1>;
+static_assert(kRow == 0 || (kChunk %% kRow == 0 && kRow %% 16 == 0), "rows");
 }
 extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsigned char* src, long long chunks,
                                                                       unsigned long long* sink) {
@@ -36,12 +43,22 @@ extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsi
   if (threadIdx.x == 0) ring.init();
   __syncthreads();
   if (threadIdx.x < 32) {
-    if (threadIdx.x != 0) return;
+    if (kRow == 0 && threadIdx.x != 0) return;
     kvforge::PipelineProducer<Ring> pipe{ring};
     for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {
       pipe.producer_acquire();
-      kvforge::u64* full = pipe.producer_commit_expect_tx(kChunk);
-      kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + c * kChunk, kChunk, full);
+      if constexpr (kRow == 0) {
+        kvforge::u64* full = pipe.producer_commit_expect_tx(kChunk);
+        kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + c * kChunk, kChunk, full);
+      } else {  // chunk c: head c %% kHeads of "page" c / kHeads, its rows kHeads rows apart, one copy per row
+        kvforge::u64* full = ring.full(pipe.index());
+        if (threadIdx.x == 0) pipe.producer_commit_expect_tx(kChunk);
+        __syncwarp();
+        constexpr int kRows = kChunk / (kRow > 0 ? kRow : 1);
+        const long long row0 = (c / kHeads) * kRows * kHeads + c %% kHeads;
+        for (int j = threadIdx.x; j < kRows; j += 32)
+          kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk + j * kRow, src + (row0 + j * kHeads) * kRow, kRow, full);
+      }
       pipe.advance();
     }
   } else {
@@ -60,11 +77,12 @@ extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsi
 """
 
 
-def build(stages: int, chunk: int):
+def build(stages: int, chunk: int, row: int = 0, heads: int = 8):
     from kvforge.runtime.compiler import compile_source
     from kvforge.runtime.launch import load
 
-    k = compile_source("kvforge_read_ceiling", "sm_90a", SOURCE % {"stages": stages, "chunk": chunk})
+    k = compile_source("kvforge_read_ceiling", "sm_90a",
+                       SOURCE % {"stages": stages, "chunk": chunk, "row": row, "heads": heads})
     smem = stages * chunk + 2 * stages * 8
     return load(k, "kvforge_read_ceiling", smem), smem
 
@@ -75,8 +93,14 @@ def main() -> int:
     ap.add_argument("--chunks", default="8192,16384,32768")
     ap.add_argument("--stages", default="2,4,8")
     ap.add_argument("--ctas-per-sm", default="1,2,4")
+    ap.add_argument("--row-bytes", type=int, default=0, help="fill each slot by one bulk copy per row of this many "
+                    "bytes, issued by the producer warp's lanes, the rows --heads rows apart (a paged GQA cache's "
+                    "per-head rows: 256 = D 128 in 16 bits); 0: one copy per slot")
+    ap.add_argument("--heads", type=int, default=8)
     args = ap.parse_args()
     nbytes = int(args.gib * (1 << 30)) // 65536 * 65536
+    if args.row_bytes:
+        nbytes = nbytes // (65536 * args.heads) * 65536 * args.heads  # whole chunks per head
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     sink = torch.zeros(1, dtype=torch.int64, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -90,7 +114,9 @@ def main() -> int:
         for stages in (int(x) for x in args.stages.split(",")):
             if stages * chunk > 220 * 1024:
                 continue
-            kernel, smem = build(stages, chunk)
+            if args.row_bytes and chunk % args.row_bytes:
+                continue
+            kernel, smem = build(stages, chunk, args.row_bytes, args.heads)
             for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
                 if per_sm * (smem + 1024) > 228 * 1024:
                     continue
@@ -101,7 +127,9 @@ def main() -> int:
 
                 ms = median_ms(run, iters=20)
                 results.append((nbytes / ms / 1e6, chunk, stages, per_sm))
-                print(f"chunk {chunk:6d} B, {stages} stages, {per_sm} CTAs/SM: {results[-1][0]:7.0f} GB/s", flush=True)
+                rows = f" in {args.row_bytes}-byte rows" if args.row_bytes else ""
+                print(f"chunk {chunk:6d} B{rows}, {stages} stages, {per_sm} CTAs/SM: {results[-1][0]:7.0f} GB/s",
+                      flush=True)
     ref = ceilings()
     best = max(results)
     print(f"\nbest bulk-copy read: {best[0]:.0f} GB/s (chunk {best[1]} B, {best[2]} stages, {best[3]} CTAs/SM); "
