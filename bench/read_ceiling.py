@@ -10,8 +10,9 @@ Each CTA is one producer warp (its first lane issues `cp.async.bulk` of `chunk` 
 it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. `--row-bytes R`: the slot is filled instead
 by one bulk copy per R-byte row, issued by the producer warp's 32 lanes, the rows `--heads` rows apart in memory (how
 the GQA kernel's bulk producers fill a tile from a paged [pages][page][heads][D] cache): whether row-sized copies cap
-the rate (issue 8; twenty-first session: one copy per slot reads 4.65 TB/s, the GQA kernel 4.1-4.2). Median of CUDA-event timings after
-warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per configuration and the best, with torch's
+the rate (issue 8; twenty-first session: one copy per slot reads 4.65 TB/s, the GQA kernel 4.1-4.2).
+
+Median of CUDA-event timings after warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per configuration and the best, with torch's
 reduction and copy in the same run: whether a decode kernel reading at X% of bench.py's ceiling has headroom is
 what this says (issue 8: kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the torch reduction's ~4.3).
 """

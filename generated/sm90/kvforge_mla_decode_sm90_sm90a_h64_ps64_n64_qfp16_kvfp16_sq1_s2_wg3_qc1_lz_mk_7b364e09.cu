@@ -603,9 +603,9 @@ __device__ __forceinline__ void store_staged_rows(const unsigned char* staged, c
 template <bool kMaxInSmem = false>
 __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathState& st, const RowMap& rows,
                                          const Work& w_in, float* red_sum, const int* work, unsigned char* staged,
-                                         T* out, float* lse,
-                                         float* part_o, float* part_lse, int s_q, int num_q_heads, int num_splits,
-                                         float out_scale, int* merge_counters, const float* row_max = nullptr) {
+                                         T* out, float* lse, float* part_o, float* part_lse, int s_q, int num_q_heads,
+                                         int num_splits, float out_scale, int* merge_counters,
+                                         const float* row_max = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.l[h] = quad_sum(st.l[h]);
@@ -702,8 +702,8 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   kvforge_pdl_launch_dependents();
   KVFORGE_TRACE(10, 128);  // every tile consumed (warpgroup 0)
   KVFORGE_TRACE(11, 256);  // (warpgroup 1)
-  epilogue(o, st, rows, w, red_sum, reinterpret_cast<const int*>(smem + kOffWork), smem + kOffEpilogue, out, lse, part_o,
-           part_lse, s_q, num_q_heads, num_splits, out_scale, merge_counters);
+  epilogue(o, st, rows, w, red_sum, reinterpret_cast<const int*>(smem + kOffWork), smem + kOffEpilogue, out, lse,
+           part_o, part_lse, s_q, num_q_heads, num_splits, out_scale, merge_counters);
   KVFORGE_TRACE_EXIT(128);
 }
 }  // namespace
