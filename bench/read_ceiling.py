@@ -32,18 +32,20 @@ SOURCE = r"""
 namespace {
 constexpr int kStages = %(stages)d;
 constexpr int kChunk = %(chunk)d;
-constexpr int kRow = %(row)d;      // 0: one copy per slot; else kChunk / kRow copies of kRow bytes by the warp's lanes
+constexpr int kRow = %(row)d;      // 0: one copy per slot; else kChunk / kRow copies of kRow bytes by the warps' lanes
 constexpr int kHeads = %(heads)d;  // rows copies: a slot's rows are every kHeads-th row (one head of a paged cache)
+constexpr int kProducers = %(producers)d;  // rows copies: producer warps sharing a slot's rows
 using Ring = kvforge::KVRing<kStages, 1, 1, 1>;
 static_assert(kRow == 0 || (kChunk %% kRow == 0 && kRow %% 16 == 0), "rows");
+static_assert(kRow > 0 || kProducers == 1, "one copy per slot: one producer");
 }
-extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsigned char* src, long long chunks,
-                                                                      unsigned long long* sink) {
+extern "C" __global__ void __launch_bounds__(32 * (kProducers + 1)) kvforge_read_ceiling(
+    const unsigned char* src, long long chunks, const int* pages, unsigned long long* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Ring ring{reinterpret_cast<kvforge::u64*>(smem + kStages * kChunk)};
   if (threadIdx.x == 0) ring.init();
   __syncthreads();
-  if (threadIdx.x < 32) {
+  if (threadIdx.x < 32 * kProducers) {
     if (kRow == 0 && threadIdx.x != 0) return;
     kvforge::PipelineProducer<Ring> pipe{ring};
     for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {
@@ -51,39 +53,41 @@ extern "C" __global__ void __launch_bounds__(64) kvforge_read_ceiling(const unsi
       if constexpr (kRow == 0) {
         kvforge::u64* full = pipe.producer_commit_expect_tx(kChunk);
         kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + c * kChunk, kChunk, full);
-      } else {  // chunk c: head c %% kHeads of "page" c / kHeads, its rows kHeads rows apart, one copy per row
+      } else {  // chunk c: head c %% kHeads of page pages[c / kHeads], its rows kHeads rows apart, one copy per row
         kvforge::u64* full = ring.full(pipe.index());
-        if (threadIdx.x == 0) pipe.producer_commit_expect_tx(kChunk);
+        if (threadIdx.x == 0) pipe.producer_commit_expect_tx(kChunk);  // the others' bytes may land first (tx < 0)
         __syncwarp();
         constexpr int kRows = kChunk / (kRow > 0 ? kRow : 1);
-        const long long row0 = (c / kHeads) * kRows * kHeads + c %% kHeads;
-        for (int j = threadIdx.x; j < kRows; j += 32)
+        const long long row0 = static_cast<long long>(pages[c / kHeads]) * kRows * kHeads + c %% kHeads;
+        for (int j = threadIdx.x; j < kRows; j += 32 * kProducers)
           kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk + j * kRow, src + (row0 + j * kHeads) * kRow, kRow, full);
       }
       pipe.advance();
     }
   } else {
     kvforge::PipelineConsumer<Ring> pipe{ring};
+    const int lead = 32 * kProducers;
     unsigned long long sum = 0;
     for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {
       pipe.consumer_wait();
-      if (threadIdx.x == 32) sum += *reinterpret_cast<const unsigned long long*>(smem + pipe.index() * kChunk);
+      if (threadIdx.x == lead) sum += *reinterpret_cast<const unsigned long long*>(smem + pipe.index() * kChunk);
       __syncwarp();
-      if (threadIdx.x == 32) pipe.release_all();
+      if (threadIdx.x == lead) pipe.release_all();
       pipe.advance();
     }
-    if (threadIdx.x == 32) atomicAdd(sink, sum);  // keeps the reads
+    if (threadIdx.x == lead) atomicAdd(sink, sum);  // keeps the reads
   }
 }
 """
 
 
-def build(stages: int, chunk: int, row: int = 0, heads: int = 8):
+def build(stages: int, chunk: int, row: int = 0, heads: int = 8, producers: int = 1):
     from kvforge.runtime.compiler import compile_source
     from kvforge.runtime.launch import load
 
     k = compile_source("kvforge_read_ceiling", "sm_90a",
-                       SOURCE % {"stages": stages, "chunk": chunk, "row": row, "heads": heads})
+                       SOURCE % {"stages": stages, "chunk": chunk, "row": row, "heads": heads,
+                                 "producers": producers})
     smem = stages * chunk + 2 * stages * 8
     return load(k, "kvforge_read_ceiling", smem), smem
 
@@ -98,6 +102,10 @@ def main() -> int:
                     "bytes, issued by the producer warp's lanes, the rows --heads rows apart (a paged GQA cache's "
                     "per-head rows: 256 = D 128 in 16 bits); 0: one copy per slot")
     ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--producers", default="1", help="--row-bytes: producer warps per CTA sharing each slot's rows "
+                    "(comma-separated values to try; the GQA kernel has 4)")
+    ap.add_argument("--random-pages", action="store_true", help="--row-bytes: the pages (chunk x heads bytes each) "
+                    "in a random order, as a block table scatters them, instead of in memory order")
     args = ap.parse_args()
     nbytes = int(args.gib * (1 << 30)) // 65536 * 65536
     if args.row_bytes:
@@ -117,20 +125,25 @@ def main() -> int:
                 continue
             if args.row_bytes and chunk % args.row_bytes:
                 continue
-            kernel, smem = build(stages, chunk, args.row_bytes, args.heads)
-            for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
-                if per_sm * (smem + 1024) > 228 * 1024:
-                    continue
-                argv = (src.data_ptr(), np.int64(nbytes // chunk), sink.data_ptr())
+            num_pages = nbytes // (chunk * args.heads)
+            pages = (torch.randperm(num_pages, device="cuda") if args.random_pages
+                     else torch.arange(num_pages, device="cuda")).to(torch.int32)
+            for producers in (int(x) for x in args.producers.split(",")) if args.row_bytes else (1,):
+                kernel, smem = build(stages, chunk, args.row_bytes, args.heads, producers)
+                for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
+                    if per_sm * (smem + 1024) > 228 * 1024:
+                        continue
+                    argv = (src.data_ptr(), np.int64(nbytes // chunk), pages.data_ptr(), sink.data_ptr())
 
-                def run():
-                    kernel.launch((sms * per_sm, 1, 1), (64, 1, 1), smem, stream, *argv)
+                    def run():
+                        kernel.launch((sms * per_sm, 1, 1), (32 * (producers + 1), 1, 1), smem, stream, *argv)
 
-                ms = median_ms(run, iters=20)
-                results.append((nbytes / ms / 1e6, chunk, stages, per_sm))
-                rows = f" in {args.row_bytes}-byte rows" if args.row_bytes else ""
-                print(f"chunk {chunk:6d} B{rows}, {stages} stages, {per_sm} CTAs/SM: {results[-1][0]:7.0f} GB/s",
-                      flush=True)
+                    ms = median_ms(run, iters=20)
+                    results.append((nbytes / ms / 1e6, chunk, stages, per_sm))
+                    rows = (f" in {args.row_bytes}-byte rows ({producers} producer warps"
+                            f"{', random pages' if args.random_pages else ''})" if args.row_bytes else "")
+                    print(f"chunk {chunk:6d} B{rows}, {stages} stages, {per_sm} CTAs/SM: {results[-1][0]:7.0f} GB/s",
+                          flush=True)
     ref = ceilings()
     best = max(results)
     print(f"\nbest bulk-copy read: {best[0]:.0f} GB/s (chunk {best[1]} B, {best[2]} stages, {best[3]} CTAs/SM); "
