@@ -1,6 +1,7 @@
 """A/B of the GQA sm80 kernel's producer warps on sm_90: the built-in choice (four warps issuing one
-cp.async.bulk per K and V row) against eight warps (the same ring; 2 and 3 stages), on bench.py's GQA
-shapes, FlashInfer in the same captures. Why: bench/read_ceiling.py --row-bytes 256 --producers N shows
+cp.async.bulk per K and V row) against eight warps (the same ring; 2 and 3 stages) and against 16-byte
+cp.async, on bench.py's GQA shapes, FlashInfer in the same captures (branch `exp-bulk-k` adds K by bulk
+copies with V by cp.async). Why: bench/read_ceiling.py --row-bytes 256 --producers N shows
 per-row bulk copies issue-bound per warp (about one copy per 70 SM cycles per warp): into a ring of 32 KB
 slots, 2 CTAs per SM, 2 warps read 3.9 TB/s, 4 warps 4.4-4.5, where whole-slot copies read 4.65.
 
@@ -22,21 +23,26 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench import L2_BYTES, SHAPES, flashinfer_calls, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
 
 from kvforge.codegen.decode import DecodeConfig  # noqa: E402
-from kvforge.codegen.errors import build  # noqa: E402
+from kvforge.codegen.errors import ConfigError, build  # noqa: E402
 
 
 def variants(sh) -> dict:
-    """{name: config}: the built-in choice, then eight producer warps at 3 and 2 stages."""
+    """{name: config}: the built-in choice, eight producer warps at 3 and 2 stages, 16-byte cp.async."""
     from kvforge.codegen.select import select_for_launch
     from kvforge.runtime.device import device_arch, sm_count
 
     base = select_for_launch("gqa_decode", device_arch(0), sm_count(0), "bf16", sh.page, heads=sh.hq // sh.hkv,
                              head_dim=sh.d, s_q=sh.s_q, batch=sh.b)
     data = base.model_dump(mode="json")
-    out = {f"built-in pr{base.pipeline.num_producer} s{base.pipeline.num_kv_stages}": base}
-    for stages in (3, 2):
-        pipe = {**data["pipeline"], "num_producer": 8, "num_kv_stages": stages}
-        out[f"pr8 s{stages}"] = build(DecodeConfig, {**data, "pipeline": pipe})
+    out = {f"built-in {base.kv_load} pr{base.pipeline.num_producer} s{base.pipeline.num_kv_stages}": base}
+    others = {f"pr8 s{stages}": {"pipeline": {**data["pipeline"], "num_producer": 8, "num_kv_stages": stages}}
+              for stages in (3, 2)}
+    others["cp_async"] = {"kv_load": "cp_async"}
+    for name, over in others.items():
+        try:
+            out[name] = build(DecodeConfig, {**data, **over})
+        except ConfigError:  # e.g. the TMA tile at D = 64 has one producer warp
+            continue
     return out
 
 

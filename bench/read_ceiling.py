@@ -3,18 +3,22 @@ read (bulk copies into an mbarrier ring, `kvforge/pipeline.cuh`), next to bench.
 4 GB) and the device copy.
 
     python bench/read_ceiling.py [--gib 4] [--chunks 8192,16384,32768] [--stages 2,4,8] [--ctas-per-sm 1,2,4]
-                                 [--row-bytes 256 --heads 8]
+                                 [--row-bytes 256 --heads 8 --producers 1,4 --random-pages]
 
-Each CTA is one producer warp (its first lane issues `cp.async.bulk` of `chunk` bytes into the next free slot of a
-`stages`-deep ring) and one consumer warp (waits for each slot, reads one 16-byte word of it into a checksum, releases
-it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. `--row-bytes R`: the slot is filled instead
-by one bulk copy per R-byte row, issued by the producer warp's 32 lanes, the rows `--heads` rows apart in memory (how
-the GQA kernel's bulk producers fill a tile from a paged [pages][page][heads][D] cache): whether row-sized copies cap
-the rate (issue 8; twenty-first session: one copy per slot reads 4.65 TB/s, the GQA kernel 4.1-4.2).
+Each CTA is producer warps (the first lane of the first issues `cp.async.bulk` of `chunk` bytes into the next free
+slot of a `stages`-deep ring) and one consumer warp (waits for each slot, reads one 16-byte word of it into a
+checksum, releases it); chunks are dealt round-robin to the CTAs, `ctas-per-sm` CTAs per SM. `--row-bytes R`: the
+slot is filled instead by one bulk copy per R-byte row, issued by the lanes of `--producers` warps, the rows
+`--heads` rows apart in memory (how the GQA kernel's bulk producers fill a tile from a paged [pages][page][heads][D]
+cache), the pages in memory order or (`--random-pages`) shuffled as a block table scatters them: whether row-sized
+copies cap the rate (issue 8). Measured (twenty-second session, bench/RESULTS.md): one copy per slot reads 4.65
+TB/s; 256-byte rows about one copy per 70 SM cycles per warp, 4.40-4.49 TB/s from four warps x 2 CTAs per SM and
+no more from eight: the SM's bulk-copy unit caps row-sized copies.
 
-Median of CUDA-event timings after warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per configuration and the best, with torch's
-reduction and copy in the same run: whether a decode kernel reading at X% of bench.py's ceiling has headroom is
-what this says (issue 8: kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the torch reduction's ~4.3).
+Median of CUDA-event timings after warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per
+configuration and the best, with torch's reduction and copy in the same run: whether a decode kernel reading at X%
+of bench.py's ceiling has headroom is what this says (kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the
+torch reduction's ~4.3).
 """
 from __future__ import annotations
 
