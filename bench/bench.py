@@ -238,6 +238,11 @@ SHAPES = [
     Shape("gqa_decode", 128, 4096, 64, 8, 128, page=64), Shape("gqa_decode", 32, 4096, 32, 32, 128, page=16),
     Shape("gqa_decode", 64, 8192, 32, 8, 64, page=16), Shape("gqa_decode", 64, 4096, 32, 8, 256, page=16),
 ]
+# MLA launches of few tiles per CTA, where a launch's fixed cost weighs most (bench/overhead_fit.py,
+# bench/phase_trace.py): one wave unsplit (b=64 h=128 and b=128 h=64 at s_k=512), two chunks (b=32 h=128 at
+# s_k=1024 and 2048), one long sequence, and a two-wave launch (b=64 s_k=4096 h=128)
+SHORT_SHAPES = [Shape("mla_decode", b, s_k, h) for b, s_k, h in ((64, 512, 128), (128, 512, 64), (32, 1024, 128),
+                                                                   (32, 2048, 128), (1, 32768, 128), (64, 4096, 128))]
 
 
 def main() -> int:

@@ -53,7 +53,7 @@ def trace_globals() -> list[tuple[int, int]]:
     """(device pointer, bytes) of every loaded module's kvforge_phase_trace."""
     from cuda.bindings import driver
     found = []
-    for module in launch._modules.values():
+    for module in launch.loaded_modules():
         err, ptr, size = driver.cuLibraryGetGlobal(module.handle, b"kvforge_phase_trace")
         if err == driver.CUresult.CUDA_SUCCESS:
             found.append((int(ptr), int(size)))

@@ -326,14 +326,15 @@ class _Runner:
                     workspace, scales):
         """The hot path for torch tensors: one tuple of tensor facts decides whether the checks ran."""
         try:
+            q_ptr = q.data_ptr()
             sig = (plan_source.key, _torch_facts(q), _torch_facts(k), None if v is k else _torch_facts(v),
                    _torch_facts(bt), _torch_facts(sl), None if out is None else _torch_facts(out),
                    None if lse is None else _torch_facts(lse),
                    None if scales is None else tuple(_scale_facts(x) for x in scales.values()),
                    # q's and out's 16-byte alignment (validate's check): a shifted view is a new signature
-                   q.data_ptr() & 15, None if out is None else out.data_ptr() & 15)
+                   q_ptr & 15, None if out is None else out.data_ptr() & 15)
         except (AttributeError, TypeError):  # an argument that is not a torch tensor: full checks below
-            sig = None
+            sig = q_ptr = None
         prep = self._seen.get(sig) if sig is not None else None
         views = None
         if prep is None:
@@ -349,7 +350,8 @@ class _Runner:
             self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle, scales)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
         scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
-        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(), out.data_ptr(), lse.data_ptr())
+        ptrs = (q.data_ptr() if q_ptr is None else q_ptr, k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(),
+                out.data_ptr(), lse.data_ptr())
         causal_flag = 1 if causal and shape.s_q > 1 else 0
         kv_scales = self._scale_args(prep.plan, scales)
         plan = prep.plan

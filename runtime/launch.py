@@ -70,6 +70,13 @@ _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
+def loaded_modules() -> list:
+    """The cuda.core modules (ObjectCode) loaded so far, one per cubin and device: for measurement tools
+    that read a module's globals (bench/phase_trace.py's trace buffer)."""
+    with _lock:
+        return list(_modules.values())
+
+
 @contextmanager
 def _relaxed_capture_mode():
     """Loading a module is a "potentially unsafe" call for a global-mode stream capture (torch's

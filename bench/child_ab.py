@@ -1,0 +1,75 @@
+"""Two-arm A/B in child processes, shared by bench/tree_ab.py (two source trees) and bench/guard_ab.py (a
+measurement-only define on and off). The runtime caches plans per config, so two builds of one config cannot share
+a process: each arm's child runs once per round, rounds alternating which arm goes first. A child times its
+shapes' built-in calls (bench.run_kvforge: with the max_seq_len hint, as bench.py calls them; or per-tensor e4m3
+caches of the same values) by CUDA-graph replays and prints one line, "RESULT <json [[label, ms], ...]>".
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+CHILD = r'''
+import json, math, sys
+sys.path.insert(0, {bench_dir!r})
+{prelude}
+from bench import L2_BYTES, SHAPES, SHORT_SHAPES, Shape, graph_ms, make_inputs, run_kvforge
+import kvforge, torch
+out = []
+for sh in {shapes}:
+    copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+    q, kv, bt, lens = make_inputs(sh, copies)
+    if {fp8!r}:  # per-tensor e4m3 caches of the same values (MLA)
+        kv = [kvforge.quantize_kv(k, "per_tensor") for k, _ in kv]
+        calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, kv_scale=kv[i][1], max_seq_len=sh.s_k)
+                 for i in range(copies)]
+    else:
+        calls = [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)]
+    out.append((sh.label + (" fp8 per-tensor" if {fp8!r} else ""), graph_ms(calls, 20)))
+    del q, kv, calls
+    torch.cuda.empty_cache()
+print("RESULT " + json.dumps(out))
+'''
+
+
+def child_times(shapes: str, *, prelude: str = "", fp8: bool = False, pythonpath: Path | None = None,
+                cwd: Path | None = None) -> dict[str, float]:
+    """{label: ms} from one child process: `shapes` a Python expression over bench's names (SHAPES,
+    SHORT_SHAPES, Shape), `prelude` code run before kvforge is imported (a render patch, an assertion on
+    which tree is imported), `pythonpath` put first on the child's path (another tree's root)."""
+    code = CHILD.format(bench_dir=str(BENCH_DIR), prelude=prelude, shapes=shapes, fp8=fp8)
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = f"{pythonpath}:{env.get('PYTHONPATH', '')}"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
+    if r.returncode != 0:
+        raise SystemExit(f"child failed (rc {r.returncode})\n{r.stderr[-4000:]}")
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[7:]))
+
+
+def alternate(arms: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, dict[str, float]]:
+    """{arm: {label: median ms}} over `rounds` runs of each arm's child, the arms' order reversed every round."""
+    names = list(arms)
+    times: dict[str, dict[str, list]] = {n: {} for n in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            for label, ms in arms[name]().items():
+                times[name].setdefault(label, []).append(ms)
+    return {n: {label: statistics.median(v) for label, v in t.items()} for n, t in times.items()}
+
+
+def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_title: str, b_title: str) -> None:
+    """A markdown table of both arms' medians per shape and a / b (> 1: arm b is faster)."""
+    print(f"| shape | {a_title} ms | {b_title} ms | {a_title} / {b_title} |")
+    print("|---|---|---|---|")
+    for label, ta in medians[a].items():
+        tb = medians[b][label]
+        print(f"| {label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |")
