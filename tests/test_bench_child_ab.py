@@ -1,0 +1,64 @@
+"""bench/child_ab.py (tree_ab's and guard_ab's child-process A/B) without a GPU: the child programs each tool
+renders are valid Python that imports what it uses, and the rounds alternate the arms and keep medians."""
+import ast
+import builtins
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _tool(name: str):
+    sys.path.insert(0, str(BENCH))  # the tools import child_ab as a sibling module, as `python bench/x.py` does
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _names(tree: ast.AST) -> tuple[set, set]:
+    """(names bound by imports and assignments, names loaded) in a program."""
+    bound, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, loaded
+
+
+def test_every_child_program_parses_and_binds_what_it_uses():
+    child_ab, tree_ab, guard_ab = _tool("child_ab"), _tool("tree_ab"), _tool("guard_ab")
+    programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=which == "fp8")
+                for which, expr in tree_ab.SHAPES.items()]
+    programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=guard_ab.UNGUARDED, shapes="SHORT_SHAPES",
+                                          fp8=False))
+    known = set(dir(builtins))
+    for code in programs:
+        bound, loaded = _names(ast.parse(code))
+        assert loaded - bound - known == set(), (loaded - bound - known, code)
+    assert "KVFORGE_UNGUARDED_FOR_MEASUREMENT" in programs[-1]
+
+
+def test_rounds_alternate_the_arms_and_report_medians(capsys):
+    child_ab = _tool("child_ab")
+    order, times = [], {"a": iter([1.0, 3.0, 2.0]), "b": iter([2.0, 2.0, 8.0])}
+
+    def arm(name):
+        def run():
+            order.append(name)
+            return {"shape": next(times[name])}
+        return run
+
+    medians = child_ab.alternate({"a": arm("a"), "b": arm("b")}, rounds=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert medians == {"a": {"shape": 2.0}, "b": {"shape": 2.0}}
+    child_ab.print_ratio_table(medians, "a", "b", "base", "this")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| shape | base ms | this ms | base / this |" and out[2] == "| shape | 2.0000 | 2.0000 | 1.000 |"
