@@ -209,6 +209,12 @@ def flashinfer_calls(sh, q, kv, bt, lens, copies: int) -> dict:
     return {"FlashInfer": [lambda i=i: fi(i) for i in range(copies)]}
 
 
+def kv_copies(nbytes: int) -> int:
+    """KV copies a timed call rotates through, so that consecutive replays read past the L2: enough to cover
+    three L2s with `nbytes` each, 1 to 8."""
+    return max(1, min(8, math.ceil(3 * L2_BYTES / nbytes)))
+
+
 def config_ab(variants, names: tuple[str, str], headers: tuple[str, str], rounds: int, shapes=None) -> None:
     """Print a table timing two pinned configs per benchmark shape: `variants(shape)` gives
     {name: config} for `names` (or None to skip the shape). Each round times both (graph
@@ -220,7 +226,7 @@ def config_ab(variants, names: tuple[str, str], headers: tuple[str, str], rounds
         cfgs = variants(sh)
         if cfgs is None:
             continue
-        copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+        copies = kv_copies(sh.bytes())
         q, kv, bt, lens = make_inputs(sh, copies)
         got = interleaved_ms({name: [lambda i=i, c=cfgs[name]: run_kvforge(sh, q, *kv[i], bt, lens, c)
                                      for i in range(copies)] for name in (a, b)}, 20, rounds)
@@ -264,7 +270,7 @@ def main() -> int:
     rows = []
     for sh in SHAPES:
         kv_bytes = sh.bytes()
-        copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes)))
+        copies = kv_copies(kv_bytes)
         q, kv, bt, lens = make_inputs(sh, copies)
         calls = {"ours": [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)]}
         base_cfg = sm80_config(sh)

@@ -17,14 +17,14 @@ from typing import Callable
 BENCH_DIR = Path(__file__).resolve().parent
 
 CHILD = r'''
-import json, math, sys
+import json, sys
 sys.path.insert(0, {bench_dir!r})
 {prelude}
-from bench import L2_BYTES, SHAPES, SHORT_SHAPES, Shape, graph_ms, make_inputs, run_kvforge
+from bench import SHAPES, SHORT_SHAPES, Shape, graph_ms, kv_copies, make_inputs, run_kvforge
 import kvforge, torch
 out = []
 for sh in {shapes}:
-    copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+    copies = kv_copies(sh.bytes())
     q, kv, bt, lens = make_inputs(sh, copies)
     if {fp8!r}:  # per-tensor e4m3 caches of the same values (MLA)
         kv = [kvforge.quantize_kv(k, "per_tensor") for k, _ in kv]

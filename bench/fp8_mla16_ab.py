@@ -13,13 +13,12 @@ difference from the built-in fp8 call's output.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench import L2_BYTES, Shape, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
+from bench import Shape, interleaved_ms, kv_copies, make_inputs, run_kvforge  # noqa: E402
 from fp8 import kv_bytes, quantized, run_fp8  # noqa: E402
 
 from kvforge.codegen.decode import DecodeConfig  # noqa: E402
@@ -56,7 +55,7 @@ def main() -> int:
     for b in (int(x) for x in args.batches.split(",")):
         sh = Shape("mla_decode", b, 4096 * 128 // b, 16)
         cfgs = tilings(sh)
-        copies = max(1, min(8, math.ceil(3 * L2_BYTES / kv_bytes(sh, "per_tensor", None))))
+        copies = kv_copies(kv_bytes(sh, "per_tensor", None))
         q, kv, bt, lens = make_inputs(sh, copies)
         qkv = quantized(sh, kv, "per_tensor", None)
         calls = {n: [lambda i=i, c=c: run_fp8(sh, q, qkv[i], bt, lens, c) for i in range(copies)]

@@ -14,13 +14,12 @@ every call of a shape captured together and timed in rounds of rotating order, t
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench import L2_BYTES, SHAPES, flashinfer_calls, interleaved_ms, make_inputs, run_kvforge  # noqa: E402
+from bench import SHAPES, flashinfer_calls, interleaved_ms, kv_copies, make_inputs, run_kvforge  # noqa: E402
 
 from kvforge.codegen.decode import DecodeConfig  # noqa: E402
 from kvforge.codegen.errors import ConfigError, build  # noqa: E402
@@ -55,7 +54,7 @@ def main() -> int:
     for idx in (int(x) for x in args.shapes.split(",")):
         sh = SHAPES[idx]
         cfgs = variants(sh)
-        copies = max(1, min(8, math.ceil(3 * L2_BYTES / sh.bytes())))
+        copies = kv_copies(sh.bytes())
         q, kv, bt, lens = make_inputs(sh, copies)
         calls = {n: [lambda i=i, c=c: run_kvforge(sh, q, *kv[i], bt, lens, c) for i in range(copies)]
                  for n, c in cfgs.items()}

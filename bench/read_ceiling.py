@@ -103,7 +103,7 @@ def main() -> int:
     ap.add_argument("--stages", default="2,4,8")
     ap.add_argument("--ctas-per-sm", default="1,2,4")
     ap.add_argument("--row-bytes", type=int, default=0, help="fill each slot by one bulk copy per row of this many "
-                    "bytes, issued by the producer warp's lanes, the rows --heads rows apart (a paged GQA cache's "
+                    "bytes, issued by the producer warps' lanes, the rows --heads rows apart (a paged GQA cache's "
                     "per-head rows: 256 = D 128 in 16 bits); 0: one copy per slot")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--producers", default="1", help="--row-bytes: producer warps per CTA sharing each slot's rows "
@@ -124,20 +124,23 @@ def main() -> int:
     stream = resolve_stream(torch.cuda.current_stream(), 0)  # the stream the CUDA events time
     results = []
     for chunk in (int(x) for x in args.chunks.split(",")):
-        for stages in (int(x) for x in args.stages.split(",")):
-            if stages * chunk > 220 * 1024:
-                continue
-            if args.row_bytes and chunk % args.row_bytes:
-                continue
+        if args.row_bytes and chunk % args.row_bytes:
+            continue
+        pages = None  # row copies: the pages' order in memory (chunk x heads bytes each)
+        if args.row_bytes:
             num_pages = nbytes // (chunk * args.heads)
             pages = (torch.randperm(num_pages, device="cuda") if args.random_pages
                      else torch.arange(num_pages, device="cuda")).to(torch.int32)
+        for stages in (int(x) for x in args.stages.split(",")):
+            if stages * chunk > 220 * 1024:
+                continue
             for producers in (int(x) for x in args.producers.split(",")) if args.row_bytes else (1,):
                 kernel, smem = build(stages, chunk, args.row_bytes, args.heads, producers)
                 for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
                     if per_sm * (smem + 1024) > 228 * 1024:
                         continue
-                    argv = (src.data_ptr(), np.int64(nbytes // chunk), pages.data_ptr(), sink.data_ptr())
+                    argv = (src.data_ptr(), np.int64(nbytes // chunk), pages.data_ptr() if pages is not None else 0,
+                            sink.data_ptr())
 
                     def run():
                         kernel.launch((sms * per_sm, 1, 1), (32 * (producers + 1), 1, 1), smem, stream, *argv)
