@@ -92,6 +92,11 @@ class Sm90DecodeConfig(DecodeConfig):
     merge_in_kernel: bool = Field(default=policy.SM90_MERGE_IN_KERNEL, description="DecodeConfig.merge_in_kernel, "
                                   "on by default here (policy.SM90_MERGE_IN_KERNEL has the measurement)")
 
+    partials_16bit: bool = Field(
+        default=policy.SM90_PARTIALS_16BIT, description="split-KV: each split's normalized partial output rows in "
+        "the output dtype (bf16/fp16, half the bytes the epilogue writes and the merge or combine reads) rather than "
+        "fp32 (policy.SM90_PARTIALS_16BIT has the measurement)")
+
     l2_prefetch_tiles: int = Field(
         default=policy.SM90_L2_PREFETCH_TILES, ge=0, le=MAX_L2_PREFETCH_TILES,
         description="TMA producers (16-bit KV, fp8_staging='slot'): when a tile's loads are issued, also prefetch "
@@ -415,9 +420,9 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def epilogue_part_row_bytes(self) -> int:
-        """The same for the fp32 partials of a split sequence: 32 B of padding for 8-byte stores (a half-warp's
-        4 rows on distinct banks)."""
-        return self.head_dim_v * 4 + 32
+        """The same for the partials of a split sequence: 16-bit rows as the output's (partials_16bit), or fp32
+        rows with 32 B of padding for 8-byte stores (a half-warp's 4 rows on distinct banks)."""
+        return self.epilogue_out_row_bytes if self.partials_16bit else self.head_dim_v * 4 + 32
 
     @property
     def epilogue_weights_offset(self) -> int:
@@ -432,7 +437,8 @@ class Sm90DecodeConfig(DecodeConfig):
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
                 + (["f8slot"] if self.converts_in_slot else [])
-                + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else []))
+                + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else [])
+                + (["po16"] if self.partials_16bit else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         return self.backend_name_fields()

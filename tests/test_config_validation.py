@@ -270,6 +270,28 @@ def test_merge_in_kernel_defaults_and_names():
     assert refused in src_on and refused not in src_off
 
 
+def test_partials_16bit_defaults_names_and_source():
+    """sm90: partials_16bit defaults to policy.SM90_PARTIALS_16BIT for 16-bit and fp8 KV; a 16-bit-partials
+    variant's name carries 'po16', its source the constant the epilogue, the merge and the combine read, its
+    staged partial rows the output rows' stride; the sm80 backend has no such field."""
+    from kvforge.codegen import policy
+    from kvforge.codegen.render import render_variant
+    from kvforge.codegen.variant import Variant
+
+    assert build(DecodeConfig, SM90).partials_16bit is policy.SM90_PARTIALS_16BIT
+    fp8 = build(DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor"))
+    assert fp8.partials_16bit is policy.SM90_PARTIALS_16BIT
+    on, off = (Variant(build(DecodeConfig, dict(SM90, partials_16bit=p))) for p in (True, False))
+    assert "_po16_" in on.name and "_po16_" not in off.name
+    assert on.config.epilogue_part_row_bytes == on.config.epilogue_out_row_bytes == 512 * 2 + 16
+    assert off.config.epilogue_part_row_bytes == 512 * 4 + 32
+    src_on, src_off = render_variant(on), render_variant(off)
+    assert "constexpr bool kPartials16 = true;" in src_on and "constexpr bool kPartials16 = false;" in src_off
+    assert "constexpr int kEpiPartRowBytes = 1040;" in src_on and "constexpr int kEpiPartRowBytes = 2080;" in src_off
+    with pytest.raises(ConfigError, match=r"partials_16bit: only the sm90 backend uses it"):
+        build(DecodeConfig, dict(MLA, partials_16bit=True))
+
+
 def test_l2_prefetch_defaults_and_names():
     """sm90: l2_prefetch_tiles defaults to policy.SM90_L2_PREFETCH_TILES; a prefetching variant's name carries
     'pf<n>' and its source the constant its producers read; the 'slot' fp8 staging (TMA) takes it too."""

@@ -464,13 +464,16 @@ def test_cupy_inputs():
     _check("gqa_decode", case, torch.from_numpy(cp.asnumpy(out)), torch.from_numpy(cp.asnumpy(lse)), causal=False)
 
 
-def _merge_config(schedule: str, s_q: int = 1):
+def _merge_config(schedule: str, s_q: int = 1, partials_16bit: bool | None = None):
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
     from kvforge.codegen.select import sm90_choice
 
-    return build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", 64, s_q).model_dump(mode="json"),
-                                "schedule": schedule, "merge_in_kernel": True})
+    data = {**sm90_choice("mla_decode", "bf16", 64, s_q).model_dump(mode="json"), "schedule": schedule,
+            "merge_in_kernel": True}
+    if partials_16bit is not None:
+        data["partials_16bit"] = partials_16bit
+    return build(DecodeConfig, data)
 
 
 # (batch, heads, s_q): on 132 SMs the grid cuts sequences into 2 (b=32 h=128), 3 (b=20 h=128) and 8 chunks
@@ -479,13 +482,15 @@ def _merge_config(schedule: str, s_q: int = 1):
 MERGE_SHAPES = [(32, 128, 1), (20, 128, 1), (8, 128, 1), (6, 32, 2)]
 
 
-@pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
+@pytest.mark.parametrize("schedule,partials_16bit", [("lockstep", None), ("seesaw", None), ("lockstep", False)],
+                         ids=["lockstep", "seesaw", "lockstep-fp32-partials"])
 @pytest.mark.parametrize("batch,heads,s_q", MERGE_SHAPES, ids=lambda x: str(x))
-def test_mla_sm90_merge_in_kernel(schedule, batch, heads, s_q):
+def test_mla_sm90_merge_in_kernel(schedule, partials_16bit, batch, heads, s_q):
     """merge_in_kernel: the last CTA of each split (sequence, head block) merges its partials (an atomic
     count in the workspace, zeroed once and left zero by every call). Ragged lengths give sequences
     1 .. 8 chunks (0 and 1 keys, a chunk boundary, partial tiles); three calls on new queries and
-    lengths check that the counts are reset, a fourth on another stream that they start at zero there."""
+    lengths check that the counts are reset, a fourth on another stream that they start at zero there.
+    The partials in the default dtype (policy.SM90_PARTIALS_16BIT) and, for the lockstep, in fp32."""
     import torch
 
     import kvforge
@@ -493,7 +498,7 @@ def test_mla_sm90_merge_in_kernel(schedule, batch, heads, s_q):
 
     if device_arch(0) != "sm_90":
         pytest.skip("the sm90 backend runs on sm_90 devices")
-    cfg = _merge_config(schedule, s_q)
+    cfg = _merge_config(schedule, s_q, partials_16bit)
     splits = _splits(batch * -(-heads // cfg.heads_per_cta))
     assert splits > 1, splits
     rng = np.random.default_rng(batch + heads + s_q)

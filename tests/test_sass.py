@@ -392,6 +392,29 @@ def test_merge_in_kernel_adds_the_count_and_keeps_the_wgmma_pipeline(pair, tmp_p
         pk.resources.spill_store_bytes, pk.resources.spill_load_bytes), (mk.resources, pk.resources)
 
 
+@needs_nvrtc
+@needs_cuobjdump
+def test_16bit_partials_are_stored_and_combined_in_16_byte_and_8_byte_units(tmp_path):
+    """partials_16bit: the split epilogue still stores 16-byte units (STG.E.128) and keeps its local-memory
+    class; the combine loads 8 bytes per four columns (LDG.E.64) where the fp32 partials take 16 (LDG.E.128)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    base = next(v for v in ALL_SM90 if not v.config.is_fp8 and v.config.schedule == "lockstep")
+    on, off = (Variant(build(DecodeConfig, {**base.config.model_dump(mode="json"), "partials_16bit": p}))
+               for p in (True, False))
+    ck_on, ck_off = compile(on), compile(off)
+    f_on, f_off = sass_functions(ck_on.cubin, tmp_path), sass_functions(ck_off.cubin, tmp_path)
+    comb_on = next(t for n, t in f_on.items() if n.endswith("_combine"))
+    comb_off = next(t for n, t in f_off.items() if n.endswith("_combine"))
+    assert re.search(r"\bLDG\.E\.64\b", comb_on) and not re.search(r"\bLDG\.E\.128\b", comb_on)
+    assert re.search(r"\bLDG\.E\.128\b", comb_off)
+    assert re.search(r"\bSTG\.E\.128\b", f_on[on.name])
+    assert not re.search(r"\b(?:LDL|STL)\b", f_on[on.name]) and ck_on.resources.spill_store_bytes == 0
+
+
 def _prefetch_representatives():
     """One sm90 TMA-producer variant of each (schedule, fp8 staging) of the default matrix, as (prefetching 2
     tiles ahead, not prefetching) pairs."""

@@ -20,6 +20,7 @@ using TPV = __nv_bfloat16;  // PV's inputs (P, V): TM, or bf16 for fp8 block sca
 using MmaPV = kvforge::sm80::MmaType<TPV>;
 constexpr float kPStoreScale = 1.f;  // P in shared memory: x 2^100 where PV reads bf16 V x 2^-120
 using OutPack = kvforge::sm80::MmaType<T>;
+constexpr bool kPartials16 = false;  // the split partials' rows: fp32
 using kvforge::sm80::u32;
 namespace tile = kvforge::sm80;
 using tile::FragA;
@@ -641,8 +642,19 @@ __device__ __forceinline__ void combine_load_batch(float4 (&v)[kCombineBatch], c
 #pragma unroll
   for (int u = 0; u < kCombineBatch; ++u) {
     const int s = s0 + u * kCombineGroups;
-    v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (kPartials16) {  // rows of T: 8 bytes per four columns
+      if (s < n) {
+        const uint2 w = *reinterpret_cast<const uint2*>(reinterpret_cast<const T*>(part_o) +
+                                                        (prow0 + s * split_step) * kDv + c);
+        const float2 lo = OutPack::unpack(w.x), hi = OutPack::unpack(w.y);
+        v[u] = make_float4(lo.x, lo.y, hi.x, hi.y);
+      } else {
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    } else {
+      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 }
 

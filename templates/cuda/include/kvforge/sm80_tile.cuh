@@ -65,6 +65,9 @@ struct MmaType<__nv_bfloat16> {
     return *reinterpret_cast<u32*>(&v);
   }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ float2 unpack(u32 w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
 };
 template <>
 struct MmaType<__half> {
@@ -79,6 +82,7 @@ struct MmaType<__half> {
     return *reinterpret_cast<u32*>(&v);
   }
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ float2 unpack(u32 w) { return __half22float2(*reinterpret_cast<__half2*>(&w)); }
 };
 
 // ---- fragments typed by role --------------------------------------------------------------
