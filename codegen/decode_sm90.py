@@ -95,7 +95,7 @@ class Sm90DecodeConfig(DecodeConfig):
     partials_16bit: bool = Field(
         default=policy.SM90_PARTIALS_16BIT, description="split-KV: each split's normalized partial output rows in "
         "the output dtype (bf16/fp16, half the bytes the epilogue writes and the merge or combine reads) rather than "
-        "fp32 (policy.SM90_PARTIALS_16BIT has the measurement)")
+        "fp32 (policy.SM90_PARTIALS_16BIT has the measurement; the built-in choice takes it for split launches)")
 
     l2_prefetch_tiles: int = Field(
         default=policy.SM90_L2_PREFETCH_TILES, ge=0, le=MAX_L2_PREFETCH_TILES,

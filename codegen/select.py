@@ -423,6 +423,15 @@ def sm90_schedule(splits: int | None, long_chunks: bool = False) -> str:
     return "lockstep"
 
 
+def sm90_partials_16bit(splits: int | None) -> bool:
+    """partials_16bit for a launch whose plan cuts each sequence into `splits` chunks (None: unknown):
+    policy.SM90_PARTIALS_16BIT where sequences are split (or may be), off where the grid runs unsplit. An unsplit
+    launch writes no partials, and its fp32-partials variant is the SASS the kernel had before the 16-bit
+    partials (the 16-bit variant's unsplit epilogue, rescheduled by ptxas, measured 1.5-4% slower on short
+    unsplit launches in two runs: bench/RESULTS.md, twenty-third session)."""
+    return policy.SM90_PARTIALS_16BIT and (splits is None or splits > 1)
+
+
 def sm90_long_chunks(max_seq_len: int, batch: int, heads: int, s_q: int, num_sms: int) -> bool:
     """Whether a launch of `batch` sequences, the longest `max_seq_len` keys, is split with long chunks on the
     sm90 MLA kernel: the split plan cuts its sequences (`sm90_splits` > 1), the grid has at least
@@ -444,10 +453,11 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     scale_mode, scale_block_size) get `fp8_staging` and its schedule (default `sm90_fp8_staging`: the
     seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
     'slot' takes the seesaw, any other staging the lockstep; 'slot' prefetches
-    policy.SM90_FP8_SLOT_L2_PREFETCH_TILES tiles ahead into L2) and the deepest ring that fits."""
+    policy.SM90_FP8_SLOT_L2_PREFETCH_TILES tiles ahead into L2) and the deepest ring that fits. Split launches
+    (and unknown ones) get 16-bit partials (`sm90_partials_16bit`)."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
-                  max_s_q=s_q, num_kv_stages=2)
+                  max_s_q=s_q, num_kv_stages=2, partials_16bit=sm90_partials_16bit(splits))
     if kv is None:
         return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits, long_chunks)})
     if fp8_staging is None:

@@ -104,7 +104,9 @@ def test_plan_lists_what_a_plan_object_loads_on_the_named_device(capsys):
     names = capsys.readouterr().out.split()
     want = [Variant(c).name for c in plan_choices("mla_decode", "sm_90", 132, "bf16", 64, num_q_heads=128,
                                                    num_kv_heads=1, head_dim=576, s_q=1, max_batch=256)]
-    assert names == want and len(names) == 2 and any("_seesaw_" in n for n in names)  # both sm90 schedules
+    # both sm90 schedules; 16-bit partials where the launch splits (the lockstep, and the seesaw under the hint)
+    assert names == want and len(names) == 3
+    assert {("_seesaw_" in n, "_po16_" in n) for n in names} == {(True, False), (False, True), (True, True)}
 
 
 def test_plan_out_writes_the_plans_sources_and_manifest(tmp_path, capsys):
@@ -114,7 +116,7 @@ def test_plan_out_writes_the_plans_sources_and_manifest(tmp_path, capsys):
                  "--sms", "132", "--out", str(tmp_path)]) == 0
     names = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("kvforge_")]
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert len(names) == 2 and sorted(v["name"] for v in manifest["variants"]) == sorted(names)
+    assert len(names) == 3 and sorted(v["name"] for v in manifest["variants"]) == sorted(names)
     assert all(list(tmp_path.rglob(f"{n}.cu")) for n in names)
 
 

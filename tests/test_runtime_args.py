@@ -220,10 +220,14 @@ def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypat
 
     loaded = _fake_h200_plans(monkeypatch)
     dec = kvforge.MLADecode(128, 64, "bf16", max_batch=64)
-    assert sorted(loaded) == ["lockstep", "seesaw"] and dec.config.schedule == "seesaw"
+    # the seesaw twice: unsplit (fp32-partials variant) and split under the hint (16-bit partials)
+    assert sorted(loaded) == ["lockstep", "seesaw", "seesaw"] and dec.config.schedule == "seesaw"
     # 128 heads = 2 head blocks: 34 sequences fill 132 SMs unsplit (68 CTAs), 33 are split
     picked = {b: dec.plan_for_batch(b).config.schedule for b in (1, 33, 34, 64)}
-    assert picked == {1: "lockstep", 33: "lockstep", 34: "seesaw", 64: "seesaw"} and len(loaded) == 2
+    assert picked == {1: "lockstep", 33: "lockstep", 34: "seesaw", 64: "seesaw"} and len(loaded) == 3
+    partials = {b: dec.plan_for_batch(b).config.partials_16bit for b in (1, 33, 34, 64)}
+    assert partials == {1: True, 33: True, 34: False, 64: False}  # select.sm90_partials_16bit
+    assert dec.plan_for_batch(33, long_chunks=True).config.partials_16bit
     loaded.clear()
     # every batch of max_batch 8 is split: the lockstep, and the seesaw a run's max_seq_len hint may pick
     small = kvforge.MLADecode(128, 64, "bf16", max_batch=8)

@@ -444,7 +444,7 @@ def test_long_chunks_hint_takes_the_seesaw_for_16_bit_split_launches_only():
 def test_plan_choices_are_every_choice_of_every_batch_and_hint(monkeypatch, family, hq, hkv, d, s_q, scale, arch, sms):
     """`plan_choices` (what `kvforge plan` lists and a plan object loads) holds the runtime's choice for every batch
     1 .. max_batch, with and without a max_seq_len hint, and nothing else: no run of the plan object compiles."""
-    from kvforge.codegen.select import plan_choices
+    from kvforge.codegen.select import plan_choices, sm90_long_chunks
     from kvforge.runtime import decode
     from kvforge.runtime.kv_format import KVFormat
 
@@ -456,8 +456,11 @@ def test_plan_choices_are_every_choice_of_every_batch_and_hint(monkeypatch, fami
     kv = KVFormat("fp8_e4m3", scale, None) if scale != "none" else None
     group = hq if family == "mla_decode" else hq // hkv
     max_batch = 300
+    # the hint as the runtime can pass it: mla_decode's max_seq_len gives long chunks only where sm90_long_chunks
+    # says some length does (split launches of two head blocks or more)
     every = {decode.select_config(family, "bf16", 64, group, d, s_q, 0, kv, b, long)
-             for b in range(1, max_batch + 1) for long in (False, True)}
+             for b in range(1, max_batch + 1)
+             for long in ((False, True) if sm90_long_chunks(1 << 31, b, group, s_q, sms) else (False,))}
     planned = plan_choices(family, arch, sms, "bf16", 64, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, s_q=s_q,
                            max_batch=max_batch, scale_mode=scale)
     assert len(planned) == len(set(planned)) and set(planned) == every
