@@ -31,7 +31,7 @@ from bench import Shape, make_inputs  # noqa: E402
 import kvforge  # noqa: E402
 from kvforge.runtime import launch  # noqa: E402
 
-SLOTS, MAX_CTAS = 16, 8192
+SLOTS, MAX_CTAS = 24, 8192
 MARKS = {  # slot: what the mark follows (templates/cuda/decode_sm90.cu.j2, sm90_seesaw.j2, sm90_producers.j2)
     3: "plan + guard (thread 0)",
     4: "barriers initialized",
@@ -43,7 +43,10 @@ MARKS = {  # slot: what the mark follows (templates/cuda/decode_sm90.cu.j2, sm90
     10: "every tile consumed (warpgroup 0)",
     11: "every tile consumed (warpgroup 1)",
     12: "epilogue: row sums exchanged",
+    16: "epilogue: rows staged (thread 128, before the barrier)",
+    17: "epilogue: past the staged rows' barrier",
     13: "epilogue: out/lse or partials stored",
+    18: "epilogue: stored (thread 383, the last math thread)",
     14: "exit (after the merge, if any)",
 }
 DEFAULT_SHAPES = ["64,512,128", "64,4096,128", "128,4096,64", "32,2048,128", "1,32768,128"]

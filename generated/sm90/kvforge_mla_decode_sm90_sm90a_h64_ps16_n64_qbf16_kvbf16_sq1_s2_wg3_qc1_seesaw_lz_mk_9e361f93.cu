@@ -600,7 +600,9 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
       else part_lse[(static_cast<long long>(part_seq) * s_q + qi) * num_q_heads + head] = row_lse;
     }
   }
+  KVFORGE_TRACE(16, 128);  // this thread's rows staged
   wg::named_sync(kBarMath, kMathThreads);  // the rows are staged
+  KVFORGE_TRACE(17, 128);  // every math thread's rows staged
   const int mt = st.g * 128 + st.lt;
   if (direct)
     store_staged_rows<T, kEpiOutRowBytes>(staged, rows, mt, [&](int r) {
@@ -616,6 +618,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kColsPerWG / 2], MathS
       return part_o + ((static_cast<long long>(part_seq) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDv;
     });
   KVFORGE_TRACE(13, 128);  // out/lse or the partials stored
+  KVFORGE_TRACE(18, 383);  // (the last math thread)
   if constexpr (kMergeInKernel) {
     if (!direct && w.n_splits <= kMergeMaxSplits &&
         last_to_finish(merge_counters, w, reinterpret_cast<int*>(red_sum), mt,

@@ -2,16 +2,16 @@
 // (bench/phase_trace.py). Compiled in by defining KVFORGE_PHASE_TRACE before the includes; otherwise
 // every mark is empty and the kernel is byte-for-byte the shipped one.
 //
-// kvforge_phase_trace[cta * 16 + slot]: slot 0 the CTA's entry on the global timer (ns), 1 its SM,
+// kvforge_phase_trace[cta * 24 + slot]: slot 0 the CTA's entry on the global timer (ns), 1 its SM,
 // 2.. the SM's cycle counter at each mark (kvforge::trace::mark(slot, thread): recorded by that one
-// thread), 15 the global timer at the CTA's exit mark (trace::exit).
+// thread; 3-13 and 16-23), 14 the cycle counter and 15 the global timer at the CTA's exit mark (trace::exit).
 #pragma once
 
 #ifdef KVFORGE_PHASE_TRACE
-__device__ unsigned long long kvforge_phase_trace[8192 * 16];  // [kMaxCTAs][kSlots]
+__device__ unsigned long long kvforge_phase_trace[8192 * 24];  // [kMaxCTAs][kSlots]
 namespace kvforge {
 namespace trace {
-constexpr int kSlots = 16;
+constexpr int kSlots = 24;
 constexpr int kMaxCTAs = 8192;
 __device__ __forceinline__ unsigned long long* row() {
   const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
