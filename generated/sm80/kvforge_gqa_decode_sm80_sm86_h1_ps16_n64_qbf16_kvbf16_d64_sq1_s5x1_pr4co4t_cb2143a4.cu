@@ -608,7 +608,8 @@ kvforge_gqa_decode_sm80_sm86_h1_ps16_n64_qbf16_kvbf16_d64_sq1_s5x1_pr4co4t_cb214
 }
 
 // One CTA per (head, query, sequence) whose sequence was split. Latency first: the threads form
-// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads), group g adding splits
+// kCombineGroups groups of kDv / 4 (four output columns each: 16-byte loads of fp32 partials, 8-byte
+// loads of 16-bit ones), group g adding splits
 // g, g + kCombineGroups, ...; each thread issues its first kCombineBatch partial loads before
 // anything else, so they are in flight while the splits' lse values are read (one per thread) and
 // turned into weights by block-wide reductions (warp shuffles, one shared word per warp); later

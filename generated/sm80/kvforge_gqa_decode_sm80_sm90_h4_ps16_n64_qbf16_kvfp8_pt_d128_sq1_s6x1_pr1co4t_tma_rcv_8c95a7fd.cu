@@ -790,7 +790,8 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n64_qbf16_kvfp8_pt_d128_sq1_s6x1_pr1co4t_tm
 }
 
 // One CTA per (head, query, sequence) whose sequence was split. Latency first: the threads form
-// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads), group g adding splits
+// kCombineGroups groups of kDv / 4 (four output columns each: 16-byte loads of fp32 partials, 8-byte
+// loads of 16-bit ones), group g adding splits
 // g, g + kCombineGroups, ...; each thread issues its first kCombineBatch partial loads before
 // anything else, so they are in flight while the splits' lse values are read (one per thread) and
 // turned into weights by block-wide reductions (warp shuffles, one shared word per warp); later

@@ -533,8 +533,9 @@ __device__ __forceinline__ float4 load_partial_unit_cg(const float* part_o, long
 
 // The last CTA's merge of its rows, read along each row: the split weights exp(lse_s - max) / sum first
 // (one thread per row, into `weights`; NaN weights for a row whose split the guard refused make its
-// output NaN), then 16-byte units of every split's fp32 row (this CTA's own from its staged rows in
-// shared memory, the others' from L2, kMergeBatch units per split in flight per thread) summed into out.
+// output NaN), then four-column units of every split's row (load_partial_unit: fp32 or 16-bit; this CTA's own
+// from its staged rows in shared memory, the others' from L2, kMergeBatch units per split in flight per thread)
+// summed into out.
 __device__ __forceinline__ void merge_partials(const unsigned char* staged, float* weights, const RowMap& rows,
                                                const Work& w, T* out, float* lse, const float* part_o,
                                                const float* part_lse, int s_q, int num_q_heads, int num_splits,
@@ -817,7 +818,8 @@ kvforge_mla_decode_sm90_sm90a_h64_ps64_n64_qbf16_kvfp8_pt_sq1_s2_wg3_qc1_po16_lz
 }
 
 // One CTA per (head, query, sequence) whose sequence was split. Latency first: the threads form
-// kCombineGroups groups of kDv / 4 (four output columns each, 16-byte loads), group g adding splits
+// kCombineGroups groups of kDv / 4 (four output columns each: 16-byte loads of fp32 partials, 8-byte
+// loads of 16-bit ones), group g adding splits
 // g, g + kCombineGroups, ...; each thread issues its first kCombineBatch partial loads before
 // anything else, so they are in flight while the splits' lse values are read (one per thread) and
 // turned into weights by block-wide reductions (warp shuffles, one shared word per warp); later
