@@ -396,7 +396,9 @@ def test_merge_in_kernel_adds_the_count_and_keeps_the_wgmma_pipeline(pair, tmp_p
 @needs_cuobjdump
 def test_16bit_partials_are_stored_and_combined_in_16_byte_and_8_byte_units(tmp_path):
     """partials_16bit: the split epilogue still stores 16-byte units (STG.E.128) and keeps its local-memory
-    class; the combine loads 8 bytes per four columns (LDG.E.64) where the fp32 partials take 16 (LDG.E.128)."""
+    class; the combine loads 8 bytes per four columns (LDG.E.64) where the fp32 partials take 16 (LDG.E.128),
+    and keeps them packed until it adds them: no local memory at its 64 registers (unpacked at load, a batch of 12
+    spilled)."""
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
     from kvforge.codegen.variant import Variant
@@ -411,6 +413,7 @@ def test_16bit_partials_are_stored_and_combined_in_16_byte_and_8_byte_units(tmp_
     comb_off = next(t for n, t in f_off.items() if n.endswith("_combine"))
     assert re.search(r"\bLDG\.E\.64\b", comb_on) and not re.search(r"\bLDG\.E\.128\b", comb_on)
     assert re.search(r"\bLDG\.E\.128\b", comb_off)
+    assert not re.search(r"\b(?:LDL|STL)\b", comb_on) and not re.search(r"\b(?:LDL|STL)\b", comb_off)
     assert re.search(r"\bSTG\.E\.128\b", f_on[on.name])
     assert not re.search(r"\b(?:LDL|STL)\b", f_on[on.name]) and ck_on.resources.spill_store_bytes == 0
 

@@ -891,25 +891,28 @@ __device__ __forceinline__ float combine_warp_sum(float x) {
   return x;
 }
 
+// A partial row's four columns as loaded: fp32 (16 bytes), or with kPartials16 four T values (8 bytes), kept
+// packed until they are added (a batch of 12 then fits the 64 registers without spills), and as fp32.
+template <bool kHalf> struct CombineUnitOf { using type = float4; };
+template <> struct CombineUnitOf<true> { using type = uint2; };
+using CombineUnit = CombineUnitOf<kPartials16>::type;
+__device__ __forceinline__ float4 combine_unit_f32(const float4& x) { return x; }
+__device__ __forceinline__ float4 combine_unit_f32(const uint2& x) { return OutPack::unpack4(x); }
+
 // Splits s0, s0 + kCombineGroups, ... (kCombineBatch of them; zeros past n) of this thread's four columns.
-__device__ __forceinline__ void combine_load_batch(float4 (&v)[kCombineBatch], const float* part_o, long long prow0,
+template <typename U>
+__device__ __forceinline__ void combine_load_batch(U (&v)[kCombineBatch], const float* part_o, long long prow0,
                                                    long long split_step, int s0, int n, int c) {
 #pragma unroll
   for (int u = 0; u < kCombineBatch; ++u) {
     const int s = s0 + u * kCombineGroups;
-    if constexpr (kPartials16) {  // rows of T: 8 bytes per four columns
-      if (s < n) {
-        const uint2 w = *reinterpret_cast<const uint2*>(reinterpret_cast<const T*>(part_o) +
-                                                        (prow0 + s * split_step) * kDv + c);
-        const float2 lo = OutPack::unpack(w.x), hi = OutPack::unpack(w.y);
-        v[u] = make_float4(lo.x, lo.y, hi.x, hi.y);
-      } else {
-        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    } else {
-      v[u] = s < n ? *reinterpret_cast<const float4*>(part_o + (prow0 + s * split_step) * kDv + c)
+    if constexpr (kPartials16)
+      v[u] = s < n ? *reinterpret_cast<const U*>(reinterpret_cast<const T*>(part_o) + (prow0 + s * split_step) * kDv +
+                                                 c)
+                   : U{};
+    else
+      v[u] = s < n ? *reinterpret_cast<const U*>(part_o + (prow0 + s * split_step) * kDv + c)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
   }
 }
 
@@ -930,7 +933,7 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int g = t / kCombineCols, c = (t % kCombineCols) * 4;
   // this thread's first batch of partial outputs: in flight while the weights are worked out
-  float4 v[kCombineBatch];
+  CombineUnit v[kCombineBatch];
   combine_load_batch(v, part_o, prow0, split_step, g, n, c);
   const float l = t < n ? part_lse[prow0 + t * split_step] : neg_inf();
   if (__syncthreads_or(l != l)) {  // a split the guard refused: the whole row is NaN
@@ -961,10 +964,11 @@ kvforge_gqa_decode_sm80_sm90_h4_ps16_n128_qbf16_kvfp8_sb64_d128_sq1_s2x1_pr2co4t
     for (int u = 0; u < kCombineBatch; ++u) {
       const int s = s0 + u * kCombineGroups;
       const float wgt = s < n ? s_w[s] : 0.f;
-      acc.x += wgt * v[u].x;
-      acc.y += wgt * v[u].y;
-      acc.z += wgt * v[u].z;
-      acc.w += wgt * v[u].w;
+      const float4 x = combine_unit_f32(v[u]);
+      acc.x += wgt * x.x;
+      acc.y += wgt * x.y;
+      acc.z += wgt * x.z;
+      acc.w += wgt * x.w;
     }
     s0 += kCombineBatch * kCombineGroups;
     if (s0 >= n) break;

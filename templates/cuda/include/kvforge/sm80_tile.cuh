@@ -68,6 +68,10 @@ struct MmaType<__nv_bfloat16> {
   static __device__ __forceinline__ float2 unpack(u32 w) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
   }
+  static __device__ __forceinline__ float4 unpack4(uint2 w) {  // four values (8 bytes) as fp32
+    const float2 lo = unpack(w.x), hi = unpack(w.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
 };
 template <>
 struct MmaType<__half> {
@@ -83,6 +87,10 @@ struct MmaType<__half> {
   }
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
   static __device__ __forceinline__ float2 unpack(u32 w) { return __half22float2(*reinterpret_cast<__half2*>(&w)); }
+  static __device__ __forceinline__ float4 unpack4(uint2 w) {  // four values (8 bytes) as fp32
+    const float2 lo = unpack(w.x), hi = unpack(w.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
 };
 
 // ---- fragments typed by role --------------------------------------------------------------
