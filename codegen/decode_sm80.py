@@ -57,6 +57,11 @@ class Sm80DecodeConfig(DecodeConfig):
         default=None, description="fp8 register path: V to the PV input by the conversion unit (cvt.rn.f16x2.e4m3x2, "
         "fp16 PV; block scales ride on P as V scale over their running maximum) or by bit moves into bf16 "
         "(integer units, bf16 PV); default: cvt (measured faster for every layout)")
+    fp8_block_p: Literal["fp32", "scaled"] = Field(
+        default="fp32", description="fp8 register path with block scales (GQA): how P meets each key's V scale. "
+        "'fp32': the softmax stores P in fp32 and PV multiplies it by the keys' scales per V scale block and "
+        "rounds it, every tile; 'scaled': the softmax stores, per V scale block, P already times each key's V "
+        "scale (over C, where normalized) in the PV input type, which PV reads as the per-tensor path does")
     kv_load: Literal["cp_async", "bulk", "tma"] = Field(
         default="cp_async", description="how producer warps fill a KV slot: 16-byte cp.async per lane, one "
         "cp.async.bulk per row completing on the full barrier's transaction count (sm_90 and newer), or (GQA; "
@@ -92,9 +97,17 @@ class Sm80DecodeConfig(DecodeConfig):
             elif self.convert is None:
                 raise ValueError(f"{where}.convert: required for kv_dtype='fp8_e4m3' with fp8_convert='ring' (a "
                                  "ConvertConfig: num_load_stages, num_convert); or set fp8_convert='registers'")
+            if self.fp8_block_p != "fp32" and not self.register_block_scales:
+                raise ValueError(f"{where}.fp8_block_p={self.fp8_block_p!r}: chooses how P takes the V block scales "
+                                 "on the fp8 register path (scale_mode 'block' or 'fp8_ds_mla' with "
+                                 "fp8_convert='registers'); remove it (or use 'fp32') for this config "
+                                 f"({self.family}, scale_mode={self.scale_mode!r}, fp8_convert={self.fp8_convert!r})")
         elif self.fp8_v_convert is not None:
             raise ValueError(f"{where}.fp8_v_convert={self.fp8_v_convert!r}: chooses V's conversion on the fp8 "
                              f"register path; remove it for kv_dtype={self.kv_dtype!r}")
+        elif self.fp8_block_p != "fp32":
+            raise ValueError(f"{where}.fp8_block_p={self.fp8_block_p!r}: chooses how P takes fp8 V block scales; "
+                             f"remove it for kv_dtype={self.kv_dtype!r}")
         elif self.fp8_convert != "ring":
             raise ValueError(f"{where}.fp8_convert={self.fp8_convert!r}: register dequantization is for "
                              f"kv_dtype='fp8_e4m3'; remove it for kv_dtype={self.kv_dtype!r}")
@@ -194,8 +207,8 @@ class Sm80DecodeConfig(DecodeConfig):
     @property
     def register_block_scales(self) -> bool:
         """Register path with per-token block scales (scale_mode 'block', or the packed token's four
-        latent scales): partial S per scale block times its keys' scales, P kept in fp32 and scaled per
-        V block at PV."""
+        latent scales): partial S per scale block times its keys' scales; P kept in fp32 and scaled per
+        V block at PV, or stored prescaled per V block by the softmax (`fp8_block_p`)."""
         return self.fp8_registers and self.scale_mode in ("block", "fp8_ds_mla")
 
     @property
@@ -319,10 +332,29 @@ class Sm80DecodeConfig(DecodeConfig):
         """P rows: ldmatrix reads 16-byte row pieces (pad 16 B); the fp8 register path reads 8 bytes at
         4t of rows g (pad 32 B: four rows of a half warp land on distinct 32-byte bank groups), except
         on TMA-filled tiles, whose V keys keep the PTX order (P through ldmatrix)."""
-        if self.register_block_scales:
+        if self.register_block_scales and not self.p_prescaled:
             return self.block_n * 4 + 4 * ROW_PAD  # fp32 P (scaled per V block at PV): 16-byte reads of 2 rows
         k4_reads = self.fp8_registers and self.kv_load != "tma"
         return self.block_n * 2 + (2 * ROW_PAD if k4_reads else ROW_PAD)
+
+    @property
+    def p_prescaled(self) -> bool:
+        """fp8_block_p='scaled': the softmax stores one 16-bit P tile per V scale block, each key's P
+        already times its V scale (over C where `v_scale_normalized`)."""
+        return self.register_block_scales and self.fp8_block_p == "scaled"
+
+    @property
+    def p_copies(self) -> int:
+        """P tiles in shared memory: one per V scale block (`p_prescaled`), else one."""
+        return self.head_dim_v // self.scale_span if self.p_prescaled else 1
+
+    @property
+    def v_norm_slots(self) -> int:
+        """`v_scale_normalized`: the running maxima C a consumer thread keeps: one per V scale block of
+        its warp's columns, or (`p_prescaled`: the softmax scales every block's P) one per V scale block."""
+        if not self.v_scale_normalized:
+            return 0
+        return self.p_copies if self.p_prescaled else self.v_blocks_per_warp
 
     @property
     def kv_tile_bytes(self) -> int:
@@ -514,7 +546,7 @@ class Sm80DecodeConfig(DecodeConfig):
               align=SWIZZLE_ATOM_BYTES if self.kv_load == "tma" else 128)
         if self.convert is not None:
             b.add("kv8_stages", self.convert.num_load_stages * self.kv8_stage_bytes)
-        b.add("p_tile", self.q_rows * self.p_row_stride)
+        b.add("p_tile", self.p_copies * self.q_rows * self.p_row_stride)
         b.add("red_max", self.col_groups * self.q_rows * 4, align=16)
         b.add("red_sum", self.col_groups * self.q_rows * 4, align=16)
         b.add("row_offsets", self.block_n * 8, align=16)  # producers' per-row gather offsets
@@ -549,7 +581,8 @@ class Sm80DecodeConfig(DecodeConfig):
     def backend_name_fields(self) -> list[str]:
         return (self.pipeline.name_fields() + (self.convert.name_fields() if self.convert else [])
                 + ([self.kv_load] if self.kv_load != "cp_async" else []) + (["rcv"] if self.fp8_registers else [])
-                + ([f"v{self.fp8_v_convert}"] if self.fp8_v_convert else []))
+                + ([f"v{self.fp8_v_convert}"] if self.fp8_v_convert else [])
+                + (["psc"] if self.fp8_block_p == "scaled" else []))
 
     def legacy_backend_name_fields(self) -> list[str]:
         p = self.pipeline

@@ -71,6 +71,17 @@ FP8_REGISTER_TILES = {64: (64, 4, 4, 2), 128: (128, 3, 4, 4), 256: (64, 3, 4, 2)
 # ... with block scales (slots also hold the scales, P is fp32, and the partial S per block needs
 # registers): tiles that keep every thread's registers free of spills
 FP8_REGISTER_TILES_BLOCK = {64: (128, 4, 4, 2), 128: (128, 2, 2, 4), 256: (64, 2, 2, 4), 576: (64, 3, 4, 4)}
+# ... and how P takes the V block scales there (`fp8_block_p`): prescaled 16-bit P where one V scale covers a
+# token's whole head (scale_block_size >= D: one P tile), measured 1.04-1.05x faster than fp32 P at D = 128
+# (block 128; bench/fp8_block_p_ab.py, H200); with two or more V blocks per head the softmax's extra P tiles and
+# running maxima cost more than PV saves (D = 128 block 64: 0.99-1.03x, D = 256: 0.86-0.98x; MLA at 16 heads,
+# four to eight tiles: 0.49-0.73x), so those keep fp32 P.
+def fp8_block_p(family: str, scale_mode: str, head_dim: int, scale_block_size: int | None) -> str:
+    """'scaled' where a GQA block-scaled cache has one V scale per token and head, else 'fp32'."""
+    one_block = scale_mode == "block" and scale_block_size is not None and scale_block_size >= head_dim
+    return "scaled" if family == "gqa_decode" and one_block else "fp32"
+
+
 RING_STAGES = (6, 5, 4, 3, 2)  # MMA-ring depths without convert warps, deepest first
 PRODUCER_WARPS = (4, 2, 1)
 
@@ -224,6 +235,8 @@ def _sm80_search_path(family: str, arch: str, dtype: str, page_size: int, hpc: i
     preferred_tile = None
     if registers:
         base["fp8_convert"] = "registers"
+        if fp8_block_p(family, base.get("scale_mode", "none"), dqk, base.get("scale_block_size")) == "scaled":
+            base["fp8_block_p"] = "scaled"
         tiles = FP8_REGISTER_TILES if base.get("scale_mode") == "per_tensor" else FP8_REGISTER_TILES_BLOCK
         preferred_tile = tiles.get(dqk, ())
     load = (explicit or {}).get("kv_load") or kv_load_choice(

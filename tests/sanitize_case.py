@@ -136,8 +136,8 @@ def fp8_case(layout):
     """fp8 caches: MLA at 16 heads (sm80, the register path; on sm_90 its rows by bulk copies, block
     scales stored beside them by the producer lanes) and 64 heads (on sm_90 the sm90 kernel,
     page 16: four bulk copies per tile) and GQA (group 4 D 128 s_q 2, group 1 D 64: the consumers
-    dequantize in registers) in `layout` (block: 64-wide scales), with a split sequence whose tiles
-    lap the rings many times."""
+    dequantize in registers) in `layout` (block: 64-wide scales, and 128-wide for GQA D = 128), with a
+    split sequence whose tiles lap the rings many times."""
     lens = [1500, 40, 1]
     block = 64 if layout == "block" else None
     for hq, page_size in ((16, 64), (64, 16)):
@@ -147,10 +147,12 @@ def fp8_case(layout):
         assert not bool(torch.isnan(out).any())
     if layout == "fp8_ds_mla":
         return
-    for d, hq, hkv, s_q in ((128, 16, 4, 2), (64, 8, 8, 1)):
+    # (block scales: also 128-wide at D = 128, one V scale per token: P prescaled per V block by the softmax)
+    gqa = ((128, 16, 4, 2, block), (64, 8, 8, 1, block)) + (((128, 16, 4, 1, 128),) if layout == "block" else ())
+    for d, hq, hkv, s_q, gqa_block in gqa:
         case = make_case("gqa_decode", batch=3, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=8)
-        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
-        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, gqa_block)
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, gqa_block)
         out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
                                     v_scale=vs)
         assert not bool(torch.isnan(out).any())

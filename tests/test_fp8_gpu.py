@@ -329,15 +329,18 @@ def test_mla_fp8_per_tensor_rows_by_bulk_copy(heads, s_q, page_size, dtype, prod
 
 @pytest.mark.parametrize("layout,block", [("block", 32), ("block", 64), ("block", 128), ("fp8_ds_mla", None)])
 @pytest.mark.parametrize("kv_load", ["bulk", "cp_async"])
+@pytest.mark.parametrize("block_p", ["fp32", "scaled"])
 @pytest.mark.parametrize("heads,s_q,page_size,dtype,factor", [(16, 1, 64, "bf16", 1.0), (8, 2, 16, "fp16", 50.0),
                                                               (4, 2, 128, "bf16", 1e-3)])
-def test_mla_fp8_block_scales_dequantized_in_registers(layout, block, kv_load, heads, s_q, page_size, dtype, factor):
+def test_mla_fp8_block_scales_dequantized_in_registers(layout, block, kv_load, block_p, heads, s_q, page_size, dtype,
+                                                       factor):
     """Block-scaled and packed MLA on the sm80 register path (16 query rows): the depth-split QK's
     interleaved k16 steps, each scale block's partial S times its keys' scales, the packed token's
     bf16 rope added unscaled, P x V scale / C per V block. Rows by bulk copy (block scales through
     the producer lanes, zeros past the end) or 16-byte cp.async; ragged lengths with 0 and 1, a split
     sequence, NaN in every cache byte (and scale) past each end, the cache scaled by `factor` before
-    quantizing (scales far from 1)."""
+    quantizing (scales far from 1). P in fp32 scaled at PV, or one prescaled 16-bit P tile per V block
+    (`fp8_block_p`)."""
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
     from kvforge.runtime.device import device_arch
@@ -348,8 +351,9 @@ def test_mla_fp8_block_scales_dequantized_in_registers(layout, block, kv_load, h
         pytest.skip(f"kv_load='bulk' needs sm_90 or newer; this device is {arch}")
     cfg = select_decode_config("mla_decode", arch, dtype, page_size, heads=heads, head_dim=576, s_q=s_q,
                                backend="sm80", scale_mode=layout, scale_block_size=block, fp8_convert="registers")
-    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "kv_load": kv_load})
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "kv_load": kv_load, "fp8_block_p": block_p})
     assert cfg.register_block_scales and cfg.qk_steps_interleaved and cfg.v_scale_normalized
+    assert cfg.p_prescaled == (block_p == "scaled")
     lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q + 5]
     base = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size,
                      lens=lens, dtype=dtype, seed=heads + s_q + page_size + (block or 7))
@@ -475,6 +479,64 @@ def test_gqa_fp8_block_scales_with_v_converted_by_cvt(factor, d, block, page_siz
     torch.cuda.synchronize()
     want_o, want_l = reference("gqa_decode", base.host, causal=s_q > 1, k=deq_k, v=deq_v)
     assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"V x {factor}, against the dequantized cache")
+
+
+@pytest.mark.parametrize("v_convert,factor", [("cvt", 1e-4), ("cvt", 300.0), ("bits", 1.0)])
+@pytest.mark.parametrize("d,block,page_size,group,s_q", [(128, 64, 16, 4, 1), (128, 128, 32, 8, 2), (256, 32, 64, 2, 1),
+                                                         (64, 32, 16, 16, 4), (128, 32, 128, 4, 3)])
+def test_gqa_fp8_block_scales_with_prescaled_p(v_convert, factor, d, block, page_size, group, s_q):
+    """fp8_block_p='scaled': the softmax writes one 16-bit P tile per V scale block, each key's P times its
+    V scale (over C, the running maximum per block, for cvt V; times the raw bf16 V's bias for bit moves),
+    and PV reads the tile of its columns' block. Warps whose columns span two blocks (D = 256, block 32),
+    C growing across tiles (V scaled by 1e-4 / 300 before quantizing, a 3000-key sequence), causal s_q."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d, s_q=s_q,
+                               backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": v_convert, "fp8_block_p": "scaled"})
+    assert cfg.p_prescaled and cfg.p_copies == d // min(block, d)
+    hkv = 2
+    lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q]
+    base = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=hkv * group, hkv=hkv, d=d, page_size=page_size,
+                     lens=lens, seed=d + block + group + 7)
+    base.v.mul_(factor)
+    k, ks, deq_k = _quantize(base.k, "block", block)
+    v, vs, deq_v = _quantize(base.v, "block", block)
+    c = Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    import torch
+
+    torch.cuda.synchronize()
+    want_o, want_l = reference("gqa_decode", base.host, causal=s_q > 1, k=deq_k, v=deq_v)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"prescaled P, {v_convert} V x {factor}")
+
+
+@pytest.mark.parametrize("block", [64, 128])
+@pytest.mark.parametrize("block_n,stages,producers", [(128, 3, 2), (64, 6, 2), (64, 5, 4)])
+def test_gqa_fp8_prescaled_p_on_other_rings(block, block_n, stages, producers):
+    """Prescaled P on the deeper rings its smaller P tile leaves room for (bench/fp8_block_p_ab.py --tile):
+    the ring's laps, tiles of 64 keys, four producer warps; a split sequence and lengths 0 and 1."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", 16, heads=4, head_dim=128, s_q=1,
+                               backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
+    data = cfg.model_dump(mode="json")
+    cfg = build(DecodeConfig, {**data, "fp8_block_p": "scaled", "block_n": block_n,
+                               "pipeline": {**data["pipeline"], "num_kv_stages": stages, "num_producer": producers}})
+    hkv = 2
+    lens = [0, 1, 5000, 77, 4 * block_n, 333]
+    c = make_fp8_case("gqa_decode", "block", block=block, batch=len(lens), s_q=1, hq=4 * hkv, hkv=hkv, d=128,
+                      page_size=16, lens=lens, seed=block + block_n + stages)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, out=out, lse=lse, config=cfg)
+    _check("gqa_decode", c, out, lse, causal=False)
 
 
 @pytest.mark.parametrize("family,heads,d,page_size,dtype", [("gqa_decode", 4, 128, 16, "bf16"),

@@ -343,6 +343,33 @@ def test_register_path_reads_fp8_fragments_without_a_16_bit_tile(variant, tmp_pa
 
 @needs_nvrtc
 @needs_cuobjdump
+@pytest.mark.parametrize("family,d,block,v_convert", [("gqa_decode", 128, 64, "cvt"), ("gqa_decode", 128, 128, "cvt"),
+                                                      ("gqa_decode", 256, 32, "cvt"), ("gqa_decode", 128, 64, "bits"),
+                                                      ("mla_decode", 576, 64, "cvt")])
+def test_prescaled_p_keeps_the_running_v_maxima_in_registers(family, d, block, v_convert, tmp_path):
+    """fp8_block_p='scaled' (block scales): the per-block running V maxima C live in registers. Picking the
+    C of a warp's own block by a select on its column group became an indexed load of the consumer state
+    (local memory: STL of the whole state, LDL per block) until written as a masked sum."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import select_decode_config
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    mla = family == "mla_decode"
+    cfg = select_decode_config(family, "sm_90", "bf16", 64 if mla else 16, heads=16 if mla else 4, head_dim=d, s_q=1,
+                               backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
+    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_block_p": "scaled", "fp8_v_convert": v_convert})
+    variant = Variant(cfg)
+    k = compile(variant)
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    assert not re.search(r"\b(LDL|STL)\b", main), "local memory traffic (LDL/STL) in the kernel"
+    assert k.resources.spill_store_bytes == 0 and k.resources.stack_frame_bytes == 0
+    assert not re.search(r"\bLDSM\b", main), "ldmatrix in a register-path kernel"
+
+
+@needs_nvrtc
+@needs_cuobjdump
 def test_ring_path_kernels_still_read_16_bit_tiles_with_ldmatrix(tmp_path):
     """The contrast that makes the LDSM check above meaningful: a convert-warp kernel's consumers
     read their 16-bit tiles with ldmatrix."""
