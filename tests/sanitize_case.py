@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|fp8_mla_sm90_slot|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -158,6 +158,30 @@ def fp8_case(layout):
         assert not bool(torch.isnan(out).any())
 
 
+def fp8_gqa_prescaled_case():
+    """Block-scaled fp8 GQA with P prescaled per V block by the softmax (fp8_block_p='scaled'): the built-in
+    choice at D = 128 with 128-wide blocks (s_q 1 and 2 causal) and D = 64 with 64-wide ones, and a pinned
+    two-tile config (D = 128, 64-wide blocks), each with a split sequence whose tiles lap the ring."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.select import select_decode_config
+
+    lens = [1500, 40, 1]
+    for d, hq, hkv, s_q, block, pin in ((128, 16, 4, 1, 128, False), (128, 16, 4, 2, 128, False),
+                                        (64, 8, 2, 1, 64, False), (128, 8, 2, 1, 64, True)):
+        cfg = None
+        if pin:
+            base = select_decode_config("gqa_decode", device_arch(0), "bf16", 16, heads=hq // hkv, head_dim=d, s_q=s_q,
+                                        scale_mode="block", scale_block_size=block)
+            cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "fp8_block_p": "scaled"})
+        case = make_case("gqa_decode", batch=3, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=10)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "block", block)
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), "block", block)
+        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
+                                    v_scale=vs, config=cfg)
+        assert not bool(torch.isnan(out).any())
+
+
 def fp8_slot_case():
     """Per-tensor fp8 MLA on the sm90 seesaw with fp8_staging='slot' (TMA of fp8 boxes into the 16-bit
     slot, converted in place): 64 heads over 16-key pages with a split
@@ -198,6 +222,8 @@ if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
 elif what == "fp8_gqa_tma":
     fp8_gqa_tma_case()
+elif what == "fp8_gqa_prescaled":
+    fp8_gqa_prescaled_case()
 elif what == "fp8_mla_sm90_slot":
     fp8_slot_case()
 elif what.startswith("fp8_"):
