@@ -140,6 +140,16 @@ __device__ __forceinline__ float2 key_pair_scales(const float* scales, int key) 
   if constexpr (kScaleKeyStride == 1) return *reinterpret_cast<const float2*>(scales + key);
   else return make_float2(scales[key * kScaleKeyStride], scales[(key + 1) * kScaleKeyStride]);
 }
+// The largest V scale of scale block `blk` over the tile's keys (`v_scales` at key 0's block 0), reduced across
+// the warp: every lane returns it.
+__device__ __forceinline__ float tile_v_scale_max(const float* v_scales, int blk) {
+  float c = 0.f;
+  for (int key = threadIdx.x & 31; key < kBN; key += 32)
+    c = fmaxf(c, v_scales[key * kScaleKeyStride + blk * kScaleBlkStride]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, off));
+  return c;
+}
 // acc += one scale block's partial S of an n8 tile (this thread's keys 2t, 2t+1 in both rows) times the keys' scales.
 __device__ __forceinline__ void add_scaled(float (&acc)[4], const float (&part)[4], float2 sc) {
   acc[0] += part[0] * sc.x;
