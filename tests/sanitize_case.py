@@ -150,22 +150,23 @@ def fp8_case(layout):
     # (block scales: also 128-wide at D = 128, one V scale per token: P prescaled per V block by the softmax)
     gqa = ((128, 16, 4, 2, block), (64, 8, 8, 1, block)) + (((128, 16, 4, 1, 128),) if layout == "block" else ())
     for d, hq, hkv, s_q, gqa_block in gqa:
-        case = make_case("gqa_decode", batch=3, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=8)
-        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, gqa_block)
-        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, gqa_block)
-        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
-                                    v_scale=vs)
-        assert not bool(torch.isnan(out).any())
+        gqa_fp8_call(d, hq, hkv, s_q, layout, gqa_block, lens, seed=8)
+
+
+def gqa_fp8_call(d, hq, hkv, s_q, layout, block, lens, *, seed, config=None):
+    """One fp8 GQA call over 16-key pages (s_q > 1 causal), the caches quantized from a bf16 case."""
+    case = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=seed)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+    v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
+    out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
+                                v_scale=vs, config=config)
+    assert not bool(torch.isnan(out).any())
 
 
 def fp8_gqa_prescaled_case():
     """Block-scaled fp8 GQA with P prescaled per V block by the softmax (fp8_block_p='scaled'): the built-in
     choice at D = 128 with 128-wide blocks (s_q 1 and 2 causal) and D = 64 with 64-wide ones, and a pinned
     two-tile config (D = 128, 64-wide blocks), each with a split sequence whose tiles lap the ring."""
-    from kvforge.codegen.decode import DecodeConfig
-    from kvforge.codegen.errors import build
-    from kvforge.runtime.select import select_decode_config
-
     lens = [1500, 40, 1]
     for d, hq, hkv, s_q, block, pin in ((128, 16, 4, 1, 128, False), (128, 16, 4, 2, 128, False),
                                         (64, 8, 2, 1, 64, False), (128, 8, 2, 1, 64, True)):
@@ -174,12 +175,7 @@ def fp8_gqa_prescaled_case():
             base = select_decode_config("gqa_decode", device_arch(0), "bf16", 16, heads=hq // hkv, head_dim=d, s_q=s_q,
                                         scale_mode="block", scale_block_size=block)
             cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "fp8_block_p": "scaled"})
-        case = make_case("gqa_decode", batch=3, s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=16, lens=lens, seed=10)
-        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "block", block)
-        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), "block", block)
-        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
-                                    v_scale=vs, config=cfg)
-        assert not bool(torch.isnan(out).any())
+        gqa_fp8_call(d, hq, hkv, s_q, "block", block, lens, seed=10, config=cfg)
 
 
 def fp8_slot_case():

@@ -460,6 +460,14 @@ def test_gqa_fp8_block_scales_with_v_converted_by_cvt(factor, d, block, page_siz
     key's V scale over C (the running maximum of the V scales per scale block; the output rescaled
     when C grows, times C at the end). V scaled by 1e-4 and 300 before quantizing puts its scales far
     from 1, where an unnormalized fp16 P x scale would lose precision or overflow."""
+    cfg = _gqa_block_config(d, block, page_size, group, s_q, fp8_v_convert="cvt")
+    assert cfg.v_scale_normalized and cfg.pv_dtype == "fp16"
+    _check_gqa_block_with_v_scaled(cfg, d, block, page_size, group, s_q, factor, seed=d + block + group,
+                                   what=f"V x {factor}, against the dequantized cache")
+
+
+def _gqa_block_config(d, block, page_size, group, s_q, **fields):
+    """The sm80 register-path config for block-scaled GQA on this device, with `fields` changed."""
     from kvforge.codegen.decode import DecodeConfig
     from kvforge.codegen.errors import build
     from kvforge.runtime.device import device_arch
@@ -467,23 +475,27 @@ def test_gqa_fp8_block_scales_with_v_converted_by_cvt(factor, d, block, page_siz
 
     cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d, s_q=s_q,
                                backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
-    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": "cvt"})
-    assert cfg.v_scale_normalized and cfg.pv_dtype == "fp16"
+    return build(DecodeConfig, {**cfg.model_dump(mode="json"), **fields})
+
+
+def _check_gqa_block_with_v_scaled(cfg, d, block, page_size, group, s_q, factor, *, seed, what):
+    """Block-scaled GQA on `cfg` over ragged lengths (0/1, a split 3000-key sequence, s_q causal), V
+    multiplied by `factor` before quantizing, against the float64 reference on the dequantized cache."""
+    import torch
+
     hkv = 2
     lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q]
     base = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=hkv * group, hkv=hkv, d=d, page_size=page_size,
-                     lens=lens, seed=d + block + group)
+                     lens=lens, seed=seed)
     base.v.mul_(factor)
     k, ks, deq_k = _quantize(base.k, "block", block)
     v, vs, deq_v = _quantize(base.v, "block", block)
     c = Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
     out, lse = _poisoned(c, "gqa_decode")
     _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
-    import torch
-
     torch.cuda.synchronize()
     want_o, want_l = reference("gqa_decode", base.host, causal=s_q > 1, k=deq_k, v=deq_v)
-    assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"V x {factor}, against the dequantized cache")
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what=what)
 
 
 @pytest.mark.parametrize("v_convert,factor", [("cvt", 1e-4), ("cvt", 300.0), ("bits", 1.0)])
@@ -494,30 +506,10 @@ def test_gqa_fp8_block_scales_with_prescaled_p(v_convert, factor, d, block, page
     V scale (over C, the running maximum per block, for cvt V; times the raw bf16 V's bias for bit moves),
     and PV reads the tile of its columns' block. Warps whose columns span two blocks (D = 256, block 32),
     C growing across tiles (V scaled by 1e-4 / 300 before quantizing, a 3000-key sequence), causal s_q."""
-    from kvforge.codegen.decode import DecodeConfig
-    from kvforge.codegen.errors import build
-    from kvforge.runtime.device import device_arch
-    from kvforge.runtime.select import select_decode_config
-
-    cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d, s_q=s_q,
-                               backend="sm80", scale_mode="block", scale_block_size=block, fp8_convert="registers")
-    cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_v_convert": v_convert, "fp8_block_p": "scaled"})
+    cfg = _gqa_block_config(d, block, page_size, group, s_q, fp8_v_convert=v_convert, fp8_block_p="scaled")
     assert cfg.p_prescaled and cfg.p_copies == d // min(block, d)
-    hkv = 2
-    lens = [s_q, 1, 3000, 77 + s_q, 4 * cfg.block_n, 0 if s_q == 1 else s_q]
-    base = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=hkv * group, hkv=hkv, d=d, page_size=page_size,
-                     lens=lens, seed=d + block + group + 7)
-    base.v.mul_(factor)
-    k, ks, deq_k = _quantize(base.k, "block", block)
-    v, vs, deq_v = _quantize(base.v, "block", block)
-    c = Fp8Case(base, k, v, ks, vs, deq_k, deq_v)
-    out, lse = _poisoned(c, "gqa_decode")
-    _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
-    import torch
-
-    torch.cuda.synchronize()
-    want_o, want_l = reference("gqa_decode", base.host, causal=s_q > 1, k=deq_k, v=deq_v)
-    assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"prescaled P, {v_convert} V x {factor}")
+    _check_gqa_block_with_v_scaled(cfg, d, block, page_size, group, s_q, factor, seed=d + block + group + 7,
+                                   what=f"prescaled P, {v_convert} V x {factor}")
 
 
 @pytest.mark.parametrize("block", [64, 128])
