@@ -238,6 +238,15 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
+// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py only; never ship it): the 16-bit TMA producers
+// complete each slot's full barrier with no bytes and issue no loads, so the math runs at its own pace on
+// whatever the slots hold: the kernel's time less its loads' exposed latency.
+#ifdef KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT
+constexpr bool kLoadKV = false;
+#else
+constexpr bool kLoadKV = true;
+#endif
+
 // ---- a tile's TMA boxes, shared by the TMA producers (lockstep, seesaw, fp8 in its slot) ---------
 // A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a 64-row half of a 128-key
 // page); those past key_end are not loaded (their pages may not be the sequence's; the math masks S
@@ -301,8 +310,8 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
   for (int t = 0; t < w.num_tiles; ++t) {
     const TileBoxes tb = tile_boxes(bt_row, w, t);
     pipe.producer_acquire(sub);
-    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(tb.count * (c1 - c0) * kBoxBytes), sub);
-    tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, c0, c1 - c0, c0 * 64, 64);
+    u64* full = pipe.producer_commit_expect_tx(kLoadKV ? static_cast<u32>(tb.count * (c1 - c0) * kBoxBytes) : 0u, sub);
+    if (kLoadKV) tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, c0, c1 - c0, c0 * 64, 64);
     if (t == 0) KVFORGE_TRACE(5, 0);  // the first tile's loads issued
     prefetch_ahead(kv_map, bt_row, w, t, c1 - c0, c0 * 64, 64);
     pipe.advance();

@@ -254,6 +254,15 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
+// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py only; never ship it): the 16-bit TMA producers
+// complete each slot's full barrier with no bytes and issue no loads, so the math runs at its own pace on
+// whatever the slots hold: the kernel's time less its loads' exposed latency.
+#ifdef KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT
+constexpr bool kLoadKV = false;
+#else
+constexpr bool kLoadKV = true;
+#endif
+
 // ---- a tile's TMA boxes, shared by the TMA producers (lockstep, seesaw, fp8 in its slot) ---------
 // A tile of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page each, or a 64-row half of a 128-key
 // page); those past key_end are not loaded (their pages may not be the sequence's; the math masks S
