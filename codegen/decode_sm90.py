@@ -110,6 +110,13 @@ class Sm90DecodeConfig(DecodeConfig):
         "each QK) or 'slot' (schedule 'seesaw', per-tensor scales: fp8 columns land by TMA in the 16-bit slot "
         "they become and are converted in place by the producer warpgroup)")
 
+    seesaw_b_first: bool = Field(
+        default=False, description="schedule 'seesaw', 16-bit KV, opt-in (written for the measurement in "
+        "docs/seesaw-load-lead.md; not yet run on a GPU): FlashMLA's pair order. Warpgroup 0 rescales P_A to warpgroup "
+        "1's maxima into A's rope chunk (a third hand-off), P_B lives in its own 8 KB tile, warpgroup 1 multiplies "
+        "its own P_B V_B[R] first, and each half-tile is released when its last reader is done, so every QK runs "
+        "its early-loaded half while its late half loads")
+
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
 
@@ -149,6 +156,9 @@ class Sm90DecodeConfig(DecodeConfig):
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
+        if self.seesaw_b_first and (not self.seesaw or self.is_fp8):
+            raise ValueError(f"{where}.seesaw_b_first=True: for schedule='seesaw' with 16-bit KV (got schedule="
+                             f"{self.schedule!r}, kv_dtype={self.kv_dtype!r}); remove it")
         if self.l2_prefetch_tiles and self.is_fp8 and not self.converts_in_slot:
             raise ValueError(f"{where}.l2_prefetch_tiles={self.l2_prefetch_tiles}: the L2 prefetch is for the TMA "
                              f"producers (16-bit KV, or fp8_staging='slot'); fp8_staging={self.fp8_staging!r} loads "
@@ -363,7 +373,7 @@ class Sm90DecodeConfig(DecodeConfig):
     def handoffs(self) -> int:
         """seesaw: the mbarriers one math warpgroup hands a pair's softmax to the other through
         (warpgroup 0's row maxima, rescale factors and P_A; then warpgroup 1's for tile B)."""
-        return 2 if self.seesaw else 0
+        return (3 if self.seesaw_b_first else 2) if self.seesaw else 0  # b_first: warpgroup 0's P_A at M1 too
 
     @property
     def handoff_arrivals(self) -> int:
@@ -392,6 +402,8 @@ class Sm90DecodeConfig(DecodeConfig):
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
+        if self.seesaw_b_first:  # P_B outside tile B (swizzled like a chunk)
+            b.add("p_b", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         if self.converts_in_math:
             b.add("kv8_stages", self.num_kv_stages * self.kv8_stage_bytes, align=128)
         if not self.seesaw:  # seesaw: P lives in the tiles' rope chunks
@@ -435,7 +447,8 @@ class Sm90DecodeConfig(DecodeConfig):
 
     def backend_name_fields(self) -> list[str]:
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
-        return (fields + (["seesaw"] if self.seesaw else []) + (["f8reg"] if self.converts_in_producer else [])
+        return (fields + (["seesaw"] if self.seesaw else []) + (["bf"] if self.seesaw_b_first else [])
+                + (["f8reg"] if self.converts_in_producer else [])
                 + (["f8slot"] if self.converts_in_slot else [])
                 + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else [])
                 + (["po16"] if self.partials_16bit else []))

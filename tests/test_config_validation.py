@@ -103,6 +103,7 @@ INVALID = [
      ["family='gqa_decode'", "sm90", "'sm80'"]),
     (DecodeConfig, dict(SM90, num_kv_stages=1), ["num_kv_stages=1", "16-bit KV ring needs 2 to 4", "fp8"]),
     (DecodeConfig, dict(SM90, schedule="seesaw", num_kv_stages=3), ["num_kv_stages=3", "'seesaw'", "exactly 2"]),
+    (DecodeConfig, dict(SM90, seesaw_b_first=True), ["seesaw_b_first=True", "schedule='seesaw'", "'lockstep'"]),
     (DecodeConfig, dict(SM90, schedule="seesaw", kv_dtype="fp8_e4m3", scale_mode="per_tensor"),
      ["schedule='seesaw'", "fp8_staging='slot'", "'registers'", "'lockstep'"]),
     (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_staging="slot"),

@@ -122,6 +122,36 @@ def test_mla_sm90_seesaw_schedule(s_q, heads, page_size, lens, chains):
     _check("mla_decode", case, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("lazy,scale", [(True, None), (False, None), (True, 1.0), (False, 0.5)])
+@pytest.mark.parametrize("s_q,heads,page_size,lens,chains", [(1, 64, 64, [0, 1, 333, 2000], 1),
+                                                             (2, 32, 32, [1, 40, 257, 900], 2),
+                                                             (1, 128, 16, [9000], 1), (4, 16, 128, [4, 77, 1500], 1),
+                                                             (8, 8, 16, [129, 192, 191], 1)])
+def test_mla_sm90_seesaw_b_first(s_q, heads, page_size, lens, chains, lazy, scale):
+    """seesaw_b_first (FlashMLA's pair order): warpgroup 0 rescales P_A to warpgroup 1's maxima into A's rope
+    chunk (a third hand-off), P_B in its own tile, warpgroup 1 multiplies P_B V_B[R] first and P_A V_A[R]
+    second; the seesaw's tail cases (the last pair without B keeps the two-hand-off protocol), eager and lazy
+    rescales, and softmax scales whose logits move the maxima by more than the lazy slack (so the rescales run)."""
+    import kvforge
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip("the sm90 backend runs on sm_90 devices")
+    from kvforge.codegen.select import sm90_choice
+
+    cfg = build(DecodeConfig, {**sm90_choice("mla_decode", "bf16", page_size, s_q).model_dump(mode="json"),
+                               "schedule": "seesaw", "qk_chains": chains, "seesaw_b_first": True,
+                               "lazy_rescale": lazy})
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576, page_size=page_size, lens=lens,
+                     seed=s_q + heads + 17)
+    out, lse = _poisoned(case, "mla_decode")
+    kvforge.mla_decode(case.q, case.k, case.block_table, case.seqlens, causal=s_q > 1, softmax_scale=scale, out=out,
+                       lse=lse, config=cfg)
+    _check("mla_decode", case, out, lse, causal=s_q > 1, scale=scale)
+
+
 @pytest.mark.parametrize("ahead", [1, 2, 4])
 @pytest.mark.parametrize("schedule", ["lockstep", "seesaw"])
 @pytest.mark.parametrize("s_q,heads,page_size,lens", [(1, 128, 64, [0, 1, 333, 130, 4100]), (2, 64, 16, [9000]),

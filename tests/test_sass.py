@@ -204,6 +204,30 @@ def test_lazy_rescale_keeps_the_wgmma_pipeline(variant, tmp_path):
         eager_k.resources.spill_store_bytes, eager_k.resources.spill_load_bytes)
 
 
+@needs_nvrtc
+@needs_cuobjdump
+def test_seesaw_b_first_keeps_the_wgmma_pipeline_without_local_memory(tmp_path):
+    """seesaw_b_first (FlashMLA's pair order, its third hand-off and P_B's own tile): as many HGMMA and
+    WARPGROUP.DEPBAR as the built-in seesaw (no wgmma serialised by a wait under a run-time branch), no local
+    memory, and P_B's tile fits the shared memory the sm90 CTA may hold."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    base = next(v for v in ALL_SM90 if v.config.seesaw and not v.config.is_fp8 and v.config.max_s_q == 1)
+    bf = Variant(build(DecodeConfig, {**base.config.model_dump(mode="json"), "seesaw_b_first": True}))
+    assert "_bf_" in bf.name and bf.config.handoffs == 3 and bf.config.layout["p_b"].offset % 1024 == 0
+    base_k, bf_k = compile(base), compile(bf)
+    assert not [ln for ln in bf_k.log.splitlines() if "serialized" in ln or "C7517" in ln or "C7518" in ln]
+    base_s = sass_functions(base_k.cubin, tmp_path)[base.name]
+    bf_s = sass_functions(bf_k.cubin, tmp_path)[bf.name]
+    for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR"):
+        assert len(re.findall(op, bf_s)) == len(re.findall(op, base_s)), op
+    assert not re.search(r"\b(?:LDL|STL)\b", bf_s), "local memory in the seesaw_b_first kernel"
+    assert bf_k.resources.spill_store_bytes == bf_k.resources.spill_load_bytes == 0
+
+
 def _sm80_lazy_representatives():
     picks = {}
     for v in sorted(load_matrix(), key=lambda v: v.name):
