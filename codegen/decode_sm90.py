@@ -372,8 +372,9 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def handoffs(self) -> int:
         """seesaw: the mbarriers one math warpgroup hands a pair's softmax to the other through
-        (warpgroup 0's row maxima, rescale factors and P_A; then warpgroup 1's for tile B)."""
-        return (3 if self.seesaw_b_first else 2) if self.seesaw else 0  # b_first: warpgroup 0's P_A at M1 too
+        (warpgroup 0's row maxima, rescale factors and P_A; then warpgroup 1's for tile B; with
+        seesaw_b_first a third, warpgroup 0's P_A rescaled to warpgroup 1's maxima)."""
+        return (3 if self.seesaw_b_first else 2) if self.seesaw else 0
 
     @property
     def handoff_arrivals(self) -> int:
@@ -406,7 +407,7 @@ class Sm90DecodeConfig(DecodeConfig):
             b.add("p_b", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         if self.converts_in_math:
             b.add("kv8_stages", self.num_kv_stages * self.kv8_stage_bytes, align=128)
-        if not self.seesaw:  # seesaw: P lives in the tiles' rope chunks
+        if not self.seesaw:  # seesaw: P lives in the tiles' rope chunks (seesaw_b_first: P_B in p_b)
             b.add("p_tile", WGMMA_M * self.block_n * 2, align=SWIZZLE_ATOM_BYTES)
         b.add("red_max", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
         b.add("red_sum", MATH_WARPGROUPS * WGMMA_M * 4, align=16)
