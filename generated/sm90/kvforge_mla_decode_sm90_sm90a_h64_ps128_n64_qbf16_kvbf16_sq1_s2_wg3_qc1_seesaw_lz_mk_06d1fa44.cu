@@ -758,6 +758,29 @@ struct SeesawSmem {
   kvforge::Handoff handoff[2];  // [0]: warpgroup 0 -> 1 (M0, scale0, P_A); [1]: 1 -> 0 (M1, scale1, P_B)
 };
 
+// A warpgroup's max step of the pair's softmax: S masked and scaled into the log2 domain, the rows' new maxima
+// against the running ones in row_max (M for warpgroup 0, its M0 for warpgroup 1) and their rescale factors;
+// quad 0 of each row writes the factor to scales[g] and the maximum back for the other warpgroup.
+__device__ __forceinline__ void max_step(float (&s)[32], const MathState& st, const SeesawSmem& sm, int key0,
+                                         float scale_log2, int g, float (&m_new)[2], float (&f)[2]) {
+  float mx[2];
+  mask_and_max(s, st, key0, scale_log2, mx);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_old = sm.row_max[st.row[h]];
+    m_new[h] = next_max(m_old, mx[h]);
+    f[h] = rescale_factor(m_old, m_new[h]);
+  }
+  __syncwarp();  // the quad's reads of row_max come before its write
+  if (st.tq == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sm.scales[g * kQRows + st.row[h]] = f[h];
+      sm.row_max[st.row[h]] = m_new[h];
+    }
+  }
+}
+
 // Warpgroup 1's QK of tile B (stage 1): sub R's chunks, then sub L's, each once it has landed.
 __device__ __forceinline__ void qk_of_b(float (&s)[32], float (&s2)[32], const SeesawSmem& sm,
                                         kvforge::PipelineConsumer<Ring>& pb) {
@@ -779,23 +802,9 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
                                          float scale_log2) {
   constexpr int kL = 0, kR = 1;
   const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
-  float mx[2], m_new[2], f[2], sum[2];
+  float m_new[2], f[2], sum[2];
   // softmax of S_A against the running max M: M0, scale0 and P_A (into A's rope chunk) for warpgroup 1
-  mask_and_max(s, st, key_a, scale_log2, mx);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float m_old = sm.row_max[st.row[h]];
-    m_new[h] = next_max(m_old, mx[h]);
-    f[h] = rescale_factor(m_old, m_new[h]);
-  }
-  __syncwarp();  // the quad's reads of row_max come before its write
-  if (st.tq == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sm.scales[st.row[h]] = f[h];
-      sm.row_max[st.row[h]] = m_new[h];
-    }
-  }
+  max_step(s, st, sm, key_a, scale_log2, 0, m_new, f);  // against M: M0, scale0
   exp_and_pack(s, m_new, p, sum);
   store_p(sm.stage_a + (kChunks - 1) * kChunkBytes, p, st);  // A's rope chunk: this warpgroup's QK of A is done
   wg::fence_proxy_async();  // read by warpgroup 1's wgmma; written before the slot's next TMA fill
@@ -857,7 +866,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
                                          float scale_log2) {
   constexpr int kL = 0, kR = 1;
   const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
-  float mx[2], m_new[2], f[2], sum[2];
+  float m_new[2], f[2], sum[2];
   // Warpgroup 1 never reads A's sub L, but releases it only after taking this pair's hand-off: warpgroup 0
   // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
   // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
@@ -881,21 +890,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     wg::wgmma_wait<1>();  // S_B (P_A V_A[R] may still run: it accumulates into O, not S)
     qk_merge(s, s2);
     pb.release_all(kL);
-    mask_and_max(s, st, key_b, scale_log2, mx);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m0 = sm.row_max[st.row[h]];  // warpgroup 0's M0
-      m_new[h] = next_max(m0, mx[h]);
-      f[h] = rescale_factor(m0, m_new[h]);
-    }
-    __syncwarp();
-    if (st.tq == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        sm.scales[kQRows + st.row[h]] = f[h];
-        sm.row_max[st.row[h]] = m_new[h];
-      }
-    }
+    max_step(s, st, sm, key_b, scale_log2, 1, m_new, f);  // against warpgroup 0's M0: M1, scale1
     exp_and_pack(s, m_new, p, sum);
     store_p(sm.stage_b + (kChunks - 1) * kChunkBytes, p, st);  // B's rope chunk: its QK is done
     wg::fence_proxy_async();
