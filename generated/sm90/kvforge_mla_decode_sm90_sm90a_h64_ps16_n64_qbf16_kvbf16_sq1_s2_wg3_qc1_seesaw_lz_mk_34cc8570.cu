@@ -791,6 +791,37 @@ __device__ __forceinline__ void qk_of_b(float (&s)[32], float (&s2)[32], const S
   qk_chunks(s, s2, sm.q_addr, sm.stage1, 0, kSubSplit, false);
 }
 
+// Warpgroup 0's end of a pair, after P_B V_B[L] is issued: the QK of the next A (sub L, released first,
+// then sub R) with B's slot released once that PV is done (kReleaseBR: B's sub R too, where this warpgroup
+// read P_B from B's rope chunk); both consumers past the pair.
+template <bool kHasB, bool kNextA, bool kReleaseBR>
+__device__ __forceinline__ void wg0_pair_end(float (&o)[kColsPerWG / 2], float (&s)[32], float (&s2)[32],
+                                             const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
+                                             kvforge::PipelineConsumer<Ring>& pb) {
+  constexpr int kL = 0, kR = 1;
+  pa.advance();
+  pa.advance();
+  if constexpr (kNextA) {
+    pa.consumer_wait(kL);
+    qk_chunks(s, s2, sm.q_addr, sm.stage0, 0, kSubSplit, true);
+    wg::wgmma_wait<1>();  // P_B V_B[L] is done
+    wg::fence_operands(o);
+    pb.release_all(kL);
+    if constexpr (kReleaseBR) pb.release_all(kR);
+    pa.consumer_wait(kR);
+    qk_chunks(s, s2, sm.q_addr, sm.stage0, kSubSplit, kChunks, false);
+    wg::wgmma_wait<0>();
+    qk_merge(s, s2);
+  } else if constexpr (kHasB) {
+    wg::wgmma_wait<0>();
+    wg::fence_operands(o);
+    pb.release_all(kL);
+    if constexpr (kReleaseBR) pb.release_all(kR);
+  }
+  pb.advance();
+  pb.advance();
+}
+
 // One pair of tiles (A = t, B = t + 1) for warpgroup 0. Compile-time cases, so that no wgmma is
 // issued or awaited under a run-time branch (ptxas serializes every wgmma otherwise):
 // kHasB (tile B exists), kNextA (tile t + 2 exists: its QK ends this step), kNextB (t + 3).
@@ -834,27 +865,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
     }
     pv_issue(o, sm.stage1 + (kChunks - 1) * kChunkBytes, 0, sm.stage1);  // P_B: in B's rope chunk
   }
-  pa.advance();
-  pa.advance();
-  if constexpr (kNextA) {  // QK of the next A: sub L (released first) first
-    pa.consumer_wait(kL);
-    qk_chunks(s, s2, sm.q_addr, sm.stage0, 0, kSubSplit, true);
-    wg::wgmma_wait<1>();  // P_B V_B[L] is done
-    wg::fence_operands(o);
-    pb.release_all(kL);
-    pb.release_all(kR);
-    pa.consumer_wait(kR);
-    qk_chunks(s, s2, sm.q_addr, sm.stage0, kSubSplit, kChunks, false);
-    wg::wgmma_wait<0>();
-    qk_merge(s, s2);
-  } else if constexpr (kHasB) {
-    wg::wgmma_wait<0>();
-    wg::fence_operands(o);
-    pb.release_all(kL);
-    pb.release_all(kR);
-  }
-  pb.advance();
-  pb.advance();
+  wg0_pair_end<kHasB, kNextA, true>(o, s, s2, sm, pa, pb);
 }
 
 // The same pair for warpgroup 1: QK of B first (seesaw_qk_first: under warpgroup 0's softmax of A;
