@@ -62,6 +62,10 @@ SEESAW_MAX_SPLITS = 1
 # 32-43 tiles (bench/RESULTS.md, sixteenth and eighth sessions).
 SEESAW_SPLIT_MIN_TILES = 32
 SEESAW_SPLIT_MIN_HEAD_BLOCKS = 2
+# The seesaw's pair order stays the built-in one (warpgroup 1 multiplies P_A V_A[R] first): FlashMLA's order,
+# Sm90DecodeConfig.seesaw_b_first, is correct and measured no faster (bench/seesaw_b_first_ab.py, H200, graph
+# replays, 3 rounds; built-in time / b_first time): h=32 0.971, h=64 0.946, h=128 1.020, s_q=2 h=64 0.977, b=32
+# s_k=8192 0.988 (twenty-sixth session; docs/seesaw-load-lead.md), so select never sets it.
 
 # ---- merging split sequences in the main kernel ---------------------------------------------------
 # merge_in_kernel: a sequence cut into 2 .. MERGE_MAX_SPLITS chunks is merged by the last of its CTAs
