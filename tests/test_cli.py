@@ -1,6 +1,7 @@
 """The kvforge CLI: list, compile (the whole default matrix, in parallel, on the CPU), cache, demo."""
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,21 +40,27 @@ def test_compile_starts_the_longest_builds_first():
 
 
 @needs_nvrtc
-def test_compile_builds_the_default_matrix_in_under_90_s_on_2_cores(tmp_path, monkeypatch):
-    """The main job's compile stays short. The bound was 60 s for a smaller matrix; it holds 105
-    variants now, 9 of them sm90 seesaw kernels of 6.5-10 s each (ptxas), 120 s of CPU in all: 62 s measured on 2
-    cores with the longest builds started first (eighteenth session; a CI run on a busier machine took 73 s). 90 s
-    catches a variant whose build runs away (minutes), not the machine's noise."""
+def test_compile_builds_the_default_matrix_within_its_cpu_budget(tmp_path, monkeypatch):
+    """The main job's compile stays short. 108 variants, 10 of them sm90 seesaw kernels of 5-9 s each (ptxas):
+    155 s of CPU, 81 s on 2 cores with the longest builds started first (twenty-sixth session). The wall time on a
+    shared runner moves with its load (a CI run took 94.7 s for the same build), the CPU time does not, so the bound
+    that catches a variant whose build runs away (minutes) is on CPU time: 240 s, the compile and its worker
+    processes together; the wall bound (150 s on 2 cores) only catches a build that stalls."""
     monkeypatch.setenv("KVFORGE_CACHE_DIR", str(tmp_path))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "kvforge.runtime.cli", "compile", "--jobs", "2"],
                        capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{len(load_matrix())} variants compiled" in r.stdout
     for col in ("regs", "spills", "static smem", "dynamic smem"):
         assert col in r.stdout
-    assert elapsed < 90, f"{elapsed:.1f} s"
+    assert cpu > 10, f"{cpu:.1f} s of CPU: the workers' time was not counted"
+    assert cpu < 240, f"{cpu:.1f} s of CPU ({elapsed:.1f} s wall)"
+    assert elapsed < 150, f"{elapsed:.1f} s wall ({cpu:.1f} s of CPU)"
 
 
 @needs_nvrtc
