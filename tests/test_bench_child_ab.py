@@ -21,7 +21,7 @@ def _tool(name: str):
 
 
 def _names(tree: ast.AST) -> tuple[set, set]:
-    """(names bound by imports and assignments, names loaded) in a program."""
+    """(names bound by imports, assignments and definitions, names loaded) in a program."""
     bound, loaded = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -30,6 +30,8 @@ def _names(tree: ast.AST) -> tuple[set, set]:
             (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, ast.arg):
             bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
     return bound, loaded
 
 
@@ -44,6 +46,25 @@ def test_every_child_program_parses_and_binds_what_it_uses():
         bound, loaded = _names(ast.parse(code))
         assert loaded - bound - known == set(), (loaded - bound - known, code)
     assert "KVFORGE_UNGUARDED_FOR_MEASUREMENT" in programs[-1]
+
+
+def test_l2_policy_arms_are_valid_child_programs():
+    """bench/l2_policy_ab.py: every arm's prelude makes a child program that parses and binds what it uses; the
+    promotion arms name real CUtensorMapL2promotion values and re-encode through tensor_map._enums, the evict_first
+    arm defines the header's measurement-only macro."""
+    child_ab, tool = _tool("child_ab"), _tool("l2_policy_ab")
+    known = set(dir(builtins))
+    for arm, prelude in tool.ARMS.items():
+        code = child_ab.CHILD.format(bench_dir=str(BENCH), prelude=prelude, shapes=tool.SHAPES, fp8=False)
+        bound, loaded = _names(ast.parse(code))
+        assert loaded - bound - known == set(), (arm, loaded - bound - known)
+    header = (BENCH.parent / "templates/cuda/include/kvforge/sm90_tile.cuh").read_text()
+    assert "KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT" in tool.ARMS["evict_first"] and \
+        "#ifdef KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT" in header
+    assert "CU_TENSOR_MAP_L2_PROMOTION_L2_128B" in tool.ARMS["128B"] and "TM._enums = _patched" in tool.ARMS["128B"]
+    from cuda.bindings import driver
+    for value in ("CU_TENSOR_MAP_L2_PROMOTION_L2_128B", "CU_TENSOR_MAP_L2_PROMOTION_NONE"):
+        assert hasattr(driver.CUtensorMapL2promotion, value)
 
 
 def test_rounds_alternate_the_arms_and_report_medians(capsys):
