@@ -868,6 +868,34 @@ __device__ __forceinline__ void pair_wg0(float (&o)[kColsPerWG / 2], float (&s)[
   wg0_pair_end<kHasB, kNextA, true>(o, s, s2, sm, pa, pb);
 }
 
+// Warpgroup 1's last pair when it has no tile B (both orders): take the hand-off, O_R to warpgroup 0's M0,
+// P_A (at M0, in A's rope chunk) V_A[R], A's sub R released, the consumers past the pair. (A is then the CTA's
+// last tile and may be partial: V past key_end zeroed.)
+__device__ __forceinline__ void wg1_last_pair(float (&o)[kColsPerWG / 2], MathState& st, const SeesawSmem& sm,
+                                              kvforge::PipelineConsumer<Ring>& pa, kvforge::PipelineConsumer<Ring>& pb,
+                                              const Work& w, int t) {
+  constexpr int kL = 0, kR = 1;
+  const int key_a = w.key_begin + t * kBN;
+  sm.handoff[0].take(t / 2);
+  pa.release_all(kL);  // never read here (see pair_wg1)
+  float f[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
+  rescale_o(o, f);  // to M0
+  st.l[0] *= f[0];
+  st.l[1] *= f[1];
+  pa.consumer_wait(kR);  // complete already; orders the TMA's bytes here
+  if (key_a + kBN > w.key_end) zero_v_tail_wg(sm.stage_a, w.key_end - key_a, st);
+  pv_issue(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
+  wg::wgmma_wait<0>();
+  wg::fence_operands(o);
+  pa.release_all(kR);
+  pa.advance();
+  pa.advance();
+  pb.advance();
+  pb.advance();
+}
+
 // The same pair for warpgroup 1: QK of B first (seesaw_qk_first: under warpgroup 0's softmax of A;
 // otherwise after P_A V_A[R] is issued), the hand-off, P_A V_A[R], the softmax of S_B against M0, P_B V_B[R].
 template <bool kHasB, bool kNextA, bool kNextB>
@@ -875,29 +903,28 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
                                          const SeesawSmem& sm, kvforge::PipelineConsumer<Ring>& pa,
                                          kvforge::PipelineConsumer<Ring>& pb, const Work& w, int t,
                                          float scale_log2) {
-  constexpr int kL = 0, kR = 1;
-  const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
-  float m_new[2], f[2], sum[2];
-  // Warpgroup 1 never reads A's sub L, but releases it only after taking this pair's hand-off: warpgroup 0
-  // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
-  // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
-  // completes at warpgroup 0's later release either way.)
-  // B's QK first, under warpgroup 0's softmax of A; then the hand-off, P_A V_A[R], and the softmax of
-  // B as soon as S_B is in (Sm90DecodeConfig.seesaw_qk_first)
-  if constexpr (kHasB) qk_of_b(s, s2, sm, pb);
-  sm.handoff[0].take(t / 2);
-  pa.release_all(kL);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
-  rescale_o(o, f);  // to M0
-  st.l[0] *= f[0];
-  st.l[1] *= f[1];
-  pa.consumer_wait(kR);  // complete already; orders the TMA's bytes here
   if constexpr (!kHasB) {
-    if (key_a + kBN > w.key_end) zero_v_tail_wg(sm.stage_a, w.key_end - key_a, st);
-  }
-  pv_issue(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
-  if constexpr (kHasB) {
+    wg1_last_pair(o, st, sm, pa, pb, w, t);
+  } else {
+    constexpr int kL = 0, kR = 1;
+    const int key_a = w.key_begin + t * kBN, key_b = key_a + kBN;
+    float m_new[2], f[2], sum[2];
+    // Warpgroup 1 never reads A's sub L, but releases it only after taking this pair's hand-off: warpgroup 0
+    // released the previous A's sub L (the same slot, one lap earlier) before giving it, so this arrival
+    // cannot fall into that lap and complete it early, before warpgroup 0's PV has read it. (Free: the slot
+    // completes at warpgroup 0's later release either way.)
+    // B's QK first, under warpgroup 0's softmax of A; then the hand-off, P_A V_A[R], and the softmax of
+    // B as soon as S_B is in (Sm90DecodeConfig.seesaw_qk_first)
+    qk_of_b(s, s2, sm, pb);
+    sm.handoff[0].take(t / 2);
+    pa.release_all(kL);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f[h] = sm.scales[st.row[h]];
+    rescale_o(o, f);  // to M0
+    st.l[0] *= f[0];
+    st.l[1] *= f[1];
+    pa.consumer_wait(kR);  // complete already; orders the TMA's bytes here
+    pv_issue(o, sm.stage0 + (kChunks - 1) * kChunkBytes, 1, sm.stage0);  // P_A: in A's rope chunk
     wg::wgmma_wait<1>();  // S_B (P_A V_A[R] may still run: it accumulates into O, not S)
     qk_merge(s, s2);
     pb.release_all(kL);
@@ -919,15 +946,11 @@ __device__ __forceinline__ void pair_wg1(float (&o)[kColsPerWG / 2], float (&s)[
     wg::wgmma_wait<0>();
     wg::fence_operands(o);
     pb.release_all(kR);
-  } else {
-    wg::wgmma_wait<0>();
-    wg::fence_operands(o);
-    pa.release_all(kR);
+    pa.advance();
+    pa.advance();
+    pb.advance();
+    pb.advance();
   }
-  pa.advance();
-  pa.advance();
-  pb.advance();
-  pb.advance();
 }
 
 
