@@ -1,6 +1,6 @@
 """The TMA tile loads' L2 behaviour, measured: kvforge's built-in calls with the KV tensor maps' L2 promotion as
-shipped (CU_TENSOR_MAP_L2_PROMOTION_L2_256B) against 128 B (CUTLASS's default, which FlashMLA's and FlashInfer's
-sm90 MLA kernels encode) and none, and against the loads carrying an L2 evict_first policy (FlashMLA's hint; the
+shipped (CU_TENSOR_MAP_L2_PROMOTION_L2_256B) against 128 B (the default of CUTLASS's make_tma_copy, with which
+FlashMLA's sm90 kernel builds its KV map) and none, and against the loads carrying an L2 evict_first policy (FlashMLA's hint; the
 measurement-only define KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT in kvforge/sm90_tile.cuh), on the benchmark's shapes
 whose kernels load by TMA (MLA on sm90, GQA at D = 64).
 
