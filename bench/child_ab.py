@@ -39,6 +39,13 @@ print("RESULT " + json.dumps(out))
 '''
 
 
+def define_prelude(macro: str) -> str:
+    """A child prelude that compiles every variant with `#define macro 1` in front of its source (a measurement-only
+    define: the kernel's other arm of an A/B in the same run)."""
+    return ('import kvforge.runtime.compiler as C\n_render = C.render_variant\n'
+            f'C.render_variant = lambda v: "#define {macro} 1\\n" + _render(v)')
+
+
 def child_times(shapes: str, *, prelude: str = "", fp8: bool = False, pythonpath: Path | None = None,
                 cwd: Path | None = None) -> dict[str, float]:
     """{label: ms} from one child process: `shapes` a Python expression over bench's names (SHAPES,

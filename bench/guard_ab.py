@@ -13,10 +13,9 @@ share a config); rounds alternate which goes first. Prints the median per build 
 import argparse
 import sys
 
-from child_ab import alternate, child_times, print_ratio_table
+from child_ab import alternate, child_times, define_prelude, print_ratio_table
 
-UNGUARDED = ('import kvforge.runtime.compiler as C\n_render = C.render_variant\n'
-             'C.render_variant = lambda v: "#define KVFORGE_UNGUARDED_FOR_MEASUREMENT 1\\n" + _render(v)')
+UNGUARDED = define_prelude("KVFORGE_UNGUARDED_FOR_MEASUREMENT")
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ Prints each arm's median per shape and shipped / arm (> 1: the arm is faster).
 import argparse
 import sys
 
-from child_ab import alternate, child_times
+from child_ab import alternate, child_times, define_prelude
 
 SHAPES = "[sh for sh in SHAPES if (sh.family == 'mla_decode' and sh.hq * sh.s_q > 16) or sh.d == 64]"
 
@@ -28,8 +28,7 @@ def promotion(value: str) -> str:
             "TM._enums = _patched")
 
 
-EVICT_FIRST = ('import kvforge.runtime.compiler as C\n_render = C.render_variant\n'
-               'C.render_variant = lambda v: "#define KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT 1\\n" + _render(v)')
+EVICT_FIRST = define_prelude("KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT")
 ARMS = {"shipped": "", "128B": promotion("CU_TENSOR_MAP_L2_PROMOTION_L2_128B"),
         "none": promotion("CU_TENSOR_MAP_L2_PROMOTION_NONE"), "evict_first": EVICT_FIRST}
 

@@ -12,10 +12,9 @@ share a config); rounds alternate which goes first. The ratio is the speed-up a 
 import argparse
 import sys
 
-from child_ab import alternate, child_times, print_ratio_table
+from child_ab import alternate, child_times, define_prelude, print_ratio_table
 
-NO_LOADS = ('import kvforge.runtime.compiler as C\n_render = C.render_variant\n'
-            'C.render_variant = lambda v: "#define KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT 1\\n" + _render(v)')
+NO_LOADS = define_prelude("KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT")
 SHAPES = "[sh for sh in SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q > 16]"
 
 

@@ -67,6 +67,22 @@ def test_l2_policy_arms_are_valid_child_programs():
         assert hasattr(driver.CUtensorMapL2promotion, value)
 
 
+def test_l2_policy_unknown_arm_is_a_clear_error(monkeypatch, capsys):
+    """bench/l2_policy_ab.py --arms with a name it does not know stops before any child runs, naming the arm and
+    the choices."""
+    tool = _tool("l2_policy_ab")
+    monkeypatch.setattr(sys, "argv", ["l2_policy_ab.py", "--arms", "128B,evict_last"])
+    monkeypatch.setattr(tool, "alternate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a child ran")))
+    try:
+        tool.main()
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("no error")
+    err = capsys.readouterr().err
+    assert "--arms: unknown ['evict_last']" in err and "'128B', 'none', 'evict_first'" in err
+
+
 def test_rounds_alternate_the_arms_and_report_medians(capsys):
     child_ab = _tool("child_ab")
     order, times = [], {"a": iter([1.0, 3.0, 2.0]), "b": iter([2.0, 2.0, 8.0])}
