@@ -39,12 +39,16 @@ def test_every_child_program_parses_and_binds_what_it_uses():
     child_ab, tree_ab, guard_ab = _tool("child_ab"), _tool("tree_ab"), _tool("guard_ab")
     programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=which == "fp8")
                 for which, expr in tree_ab.SHAPES.items()]
+    stagger_ab = _tool("stagger_ab")
+    programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=stagger_ab.STAGGER, shapes=stagger_ab.SHAPES,
+                                          fp8=False))
     programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=guard_ab.UNGUARDED, shapes="SHORT_SHAPES",
                                           fp8=False))
     known = set(dir(builtins))
     for code in programs:
         bound, loaded = _names(ast.parse(code))
         assert loaded - bound - known == set(), (loaded - bound - known, code)
+    assert "KVFORGE_STAGGER_START_FOR_MEASUREMENT" in programs[-2]
     assert "KVFORGE_UNGUARDED_FOR_MEASUREMENT" in programs[-1]
 
 

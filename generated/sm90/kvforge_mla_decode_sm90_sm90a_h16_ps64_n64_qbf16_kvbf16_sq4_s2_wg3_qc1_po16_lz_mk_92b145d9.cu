@@ -293,6 +293,18 @@ __device__ __forceinline__ void prefetch_ahead(const wg::TensorMap* kv_map, cons
   }
 }
 
+// KVFORGE_STAGGER_START_FOR_MEASUREMENT (bench/stagger_ab.py only): the second tile's loads wait until the
+// first tile's sub-stage `sub` has landed, so a launch's start asks HBM for Q and one tile per CTA, not two.
+template <class R>
+__device__ __forceinline__ void stagger_start(const R& ring, int sub) {
+#ifdef KVFORGE_STAGGER_START_FOR_MEASUREMENT
+  kvforge::MBarrier::wait(ring.full(R::slot(0, sub)), 0u, "full", R::slot(0, sub));
+#else
+  (void)ring;
+  (void)sub;
+#endif
+}
+
 // ---- producer: one thread walks the block table and loads each tile by TMA ----------------------
 // Every chunk of each of the tile's boxes (tile_boxes); rows past key_end keep stale data.
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const wg::TensorMap* kv_map,
@@ -300,6 +312,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
   kvforge::PipelineProducer<Ring> pipe{ring};
   for (int t = 0; t < w.num_tiles; ++t) {
     const TileBoxes tb = tile_boxes(bt_row, w, t);
+    if (t == 1) stagger_start(ring, 0);
     pipe.producer_acquire();
     u64* full = pipe.producer_commit_expect_tx(kLoadKV ? static_cast<u32>(tb.count * kChunks * kBoxBytes) : 0u);
     if (kLoadKV) tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, 0, kChunks, 0, 64);

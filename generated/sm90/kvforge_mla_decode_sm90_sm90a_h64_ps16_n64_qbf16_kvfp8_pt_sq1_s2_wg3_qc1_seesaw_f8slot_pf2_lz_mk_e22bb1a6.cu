@@ -314,6 +314,18 @@ __device__ __forceinline__ void prefetch_ahead(const wg::TensorMap* kv_map, cons
   }
 }
 
+// KVFORGE_STAGGER_START_FOR_MEASUREMENT (bench/stagger_ab.py only): the second tile's loads wait until the
+// first tile's sub-stage `sub` has landed, so a launch's start asks HBM for Q and one tile per CTA, not two.
+template <class R>
+__device__ __forceinline__ void stagger_start(const R& ring, int sub) {
+#ifdef KVFORGE_STAGGER_START_FOR_MEASUREMENT
+  kvforge::MBarrier::wait(ring.full(R::slot(0, sub)), 0u, "full", R::slot(0, sub));
+#else
+  (void)ring;
+  (void)sub;
+#endif
+}
+
 // ---- producers: fp8 columns by TMA into the 16-bit slot they become, converted there in place -----
 // Warps 0-1 fill sub-stage L, warps 2-3 sub-stage R, each half on its own ring position (as the 16-bit
 // seesaw's two TMA threads), so the next tile's L fills as soon as warpgroup 0 has used its V. Per

@@ -298,6 +298,18 @@ __device__ __forceinline__ void prefetch_ahead(const wg::TensorMap* kv_map, cons
   }
 }
 
+// KVFORGE_STAGGER_START_FOR_MEASUREMENT (bench/stagger_ab.py only): the second tile's loads wait until the
+// first tile's sub-stage `sub` has landed, so a launch's start asks HBM for Q and one tile per CTA, not two.
+template <class R>
+__device__ __forceinline__ void stagger_start(const R& ring, int sub) {
+#ifdef KVFORGE_STAGGER_START_FOR_MEASUREMENT
+  kvforge::MBarrier::wait(ring.full(R::slot(0, sub)), 0u, "full", R::slot(0, sub));
+#else
+  (void)ring;
+  (void)sub;
+#endif
+}
+
 // ---- producers: two threads, one per sub-stage, walk the block table and load by TMA ------------
 // Sub-stage L holds the chunks of warpgroup 0's V columns (0 .. kSubSplit), sub-stage R the rest
 // (warpgroup 1's V columns and the rope chunk). Each has its own full and empty barrier, so the
@@ -309,6 +321,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
   const int c0 = sub == 0 ? 0 : kSubSplit, c1 = sub == 0 ? kSubSplit : kChunks;
   for (int t = 0; t < w.num_tiles; ++t) {
     const TileBoxes tb = tile_boxes(bt_row, w, t);
+    if (t == 1) stagger_start(ring, sub);
     pipe.producer_acquire(sub);
     u64* full = pipe.producer_commit_expect_tx(kLoadKV ? static_cast<u32>(tb.count * (c1 - c0) * kBoxBytes) : 0u, sub);
     if (kLoadKV) tma_tile(smem + kOffKV + pipe.index() * kStageBytes, kv_map, full, tb, c0, c1 - c0, c0 * 64, 64);

@@ -1,0 +1,33 @@
+"""The sm90 MLA kernel's start, measured: the built-in calls as they ship (each CTA's producers issue its first
+two tiles at once) against the same variants built with KVFORGE_STAGGER_START_FOR_MEASUREMENT (a measurement-only
+define in the TMA producers: the second tile's loads wait until the first tile has landed), on the benchmark's MLA
+shapes that run on sm90 and the short launches (bench.SHORT_SHAPES) where a launch's start weighs most.
+
+    python bench/stagger_ab.py [--rounds 3]
+
+Why (bench/RESULTS.md, twenty-second session): issuing the first tiles earlier moved nothing, because every CTA of a
+launch asks for Q and two 72 KB tiles at once (~19 MB at b=64-128) and the first tile lands with the bytes of all of
+them; asking for one tile first should let it land sooner, the second arriving under its math. Each build runs in
+its own process (bench/child_ab.py); rounds alternate which goes first. Ratio > 1: the staggered start is faster.
+"""
+import argparse
+import sys
+
+from child_ab import alternate, child_times, define_prelude, print_ratio_table
+
+STAGGER = define_prelude("KVFORGE_STAGGER_START_FOR_MEASUREMENT")
+SHAPES = "[sh for sh in SHAPES + SHORT_SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q > 16]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    medians = alternate({"shipped": lambda: child_times(SHAPES),
+                         "staggered": lambda: child_times(SHAPES, prelude=STAGGER)}, args.rounds)
+    print_ratio_table(medians, "shipped", "staggered", "as shipped", "staggered start")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
