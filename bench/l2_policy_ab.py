@@ -10,6 +10,10 @@ Why (bench/RESULTS.md, twenty-sixth session): at 32-64 heads the sm90 MLA kernel
 than FlashInfer's for the same DRAM bytes, with its L2 at 85% of peak. Each arm runs in its own process
 (bench/child_ab.py; the runtime caches tensor maps and plans per process), rounds alternating the arms' order.
 Prints each arm's median per shape and shipped / arm (> 1: the arm is faster).
+
+Since the twenty-seventh session the built-in split launches (b=32, b=1 here) ship evict_first KV loads
+(`l2_evict_first`, measured with this script's evict_first arm), so on those rows that arm compares a kernel with
+itself; it still measures the unsplit launches and GQA's TMA loads, where no config sets it.
 """
 import argparse
 import sys

@@ -103,6 +103,12 @@ class Sm90DecodeConfig(DecodeConfig):
         "the tile this many ahead into L2 (cp.async.bulk.prefetch.tensor), so the load that refills a slot as soon "
         "as it frees finds its bytes in L2 rather than DRAM; 0: off")
 
+    l2_evict_first: bool = Field(
+        default=False, description="16-bit KV: the KV tiles' TMA loads carry an L2 evict_first cache policy "
+        "(createpolicy.fractional.L2::evict_first), so the streamed tiles leave L2 before the lines a split launch "
+        "reads back (Q, the partial rows its merge or combine reads); the built-in choice takes it for split "
+        "launches (policy.SM90_L2_EVICT_FIRST_SPLIT has the measurement)")
+
     fp8_staging: Literal["fp8_ring", "registers", "slot"] = Field(
         default="registers", description="fp8 KV: 'registers' (the producer warpgroup loads fp8 tiles into "
         "registers, dequantizes and stores them into the 16-bit ring the math reads; beside the math), "
@@ -163,6 +169,9 @@ class Sm90DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.l2_prefetch_tiles={self.l2_prefetch_tiles}: the L2 prefetch is for the TMA "
                              f"producers (16-bit KV, or fp8_staging='slot'); fp8_staging={self.fp8_staging!r} loads "
                              "by bulk copies: set it to 0")
+        if self.l2_evict_first and self.is_fp8:
+            raise ValueError(f"{where}.l2_evict_first=True: for 16-bit KV (kv_dtype 'bf16' or 'fp16'; got "
+                             f"{self.kv_dtype!r}, whose producers {'prefetch tiles into L2 ahead of their loads' if self.converts_in_slot else 'load by bulk copies'}); remove it")
         if self.tile_tx_bytes > MAX_TX_BYTES:
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
@@ -452,6 +461,7 @@ class Sm90DecodeConfig(DecodeConfig):
                 + (["f8reg"] if self.converts_in_producer else [])
                 + (["f8slot"] if self.converts_in_slot else [])
                 + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else [])
+                + (["ef"] if self.l2_evict_first else [])
                 + (["po16"] if self.partials_16bit else []))
 
     def legacy_backend_name_fields(self) -> list[str]:

@@ -115,6 +115,15 @@ SM90_L2_PREFETCH_TILES = 0
 SM90_FP8_SLOT_L2_PREFETCH_TILES = 2
 
 
+# l2_evict_first (sm90 MLA, 16-bit KV): the KV tiles' TMA loads carry an L2 evict_first policy (FlashMLA's hint on its
+# KV loads). Measured (bench/l2_policy_ab.py, H200, graph replays; shipped time / evict_first time; three runs, two
+# sessions): the split launches gain every time, b=1 s_k=32768 h=128 1.021 / 1.022 / 1.010 and b=32 s_k=8192 h=128
+# 1.004 / 1.017 / 1.014; the unsplit ones move inside the noise (h=32 0.996-0.998, h=64 0.997-1.022, h=128
+# 0.995-1.000, s_q=2 h=64 0.984-1.049) and GQA's TMA loads lose a little (D=64 0.990 / 0.997). So split launches
+# only (select.sm90_l2_evict_first), where the partial rows the merge or combine reads back share L2 with the stream.
+SM90_L2_EVICT_FIRST_SPLIT = True
+
+
 def min_keys_per_split(block_n: int) -> int:
     """The planner never cuts a sequence into chunks shorter than this."""
     return max(2 * block_n, 256)

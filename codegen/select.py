@@ -445,6 +445,13 @@ def sm90_partials_16bit(splits: int | None) -> bool:
     return policy.SM90_PARTIALS_16BIT and (splits is None or splits > 1)
 
 
+def sm90_l2_evict_first(splits: int | None) -> bool:
+    """l2_evict_first for a 16-bit launch whose plan cuts each sequence into `splits` chunks (None: unknown):
+    policy.SM90_L2_EVICT_FIRST_SPLIT where sequences are split (or may be), off where the grid runs unsplit (measured
+    no faster there; the unsplit variants keep their SASS)."""
+    return policy.SM90_L2_EVICT_FIRST_SPLIT and (splits is None or splits > 1)
+
+
 def sm90_long_chunks(max_seq_len: int, batch: int, heads: int, s_q: int, num_sms: int) -> bool:
     """Whether a launch of `batch` sequences, the longest `max_seq_len` keys, is split with long chunks on the
     sm90 MLA kernel: the split plan cuts its sequences (`sm90_splits` > 1), the grid has at least
@@ -467,12 +474,14 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     seesaw with 'slot' for unsplit per-tensor launches, 'registers' and the lockstep otherwise; a pinned
     'slot' takes the seesaw, any other staging the lockstep; 'slot' prefetches
     policy.SM90_FP8_SLOT_L2_PREFETCH_TILES tiles ahead into L2) and the deepest ring that fits. Split launches
-    (and unknown ones) get 16-bit partials (`sm90_partials_16bit`)."""
+    (and unknown ones) get 16-bit partials (`sm90_partials_16bit`) and, with 16-bit KV, evict_first KV loads
+    (`sm90_l2_evict_first`)."""
     fields = dict(family=family, backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
                   heads_per_cta=64 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q, num_kv_stages=2, partials_16bit=sm90_partials_16bit(splits))
     if kv is None:
-        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits, long_chunks)})
+        return build(DecodeConfig, {**fields, "schedule": sm90_schedule(splits, long_chunks),
+                                    "l2_evict_first": sm90_l2_evict_first(splits)})
     if fp8_staging is None:
         fp8_staging, schedule = sm90_fp8_staging(kv["scale_mode"], splits)
     else:

@@ -276,6 +276,33 @@ def test_merge_in_kernel_defaults_and_names():
     assert refused in src_on and refused not in src_off
 
 
+def test_l2_evict_first_defaults_names_source_and_fp8_refusal():
+    """sm90: l2_evict_first is off by default; on, the variant's name carries 'ef' and its source the constant the
+    TMA producers' loads take as their template argument; fp8 KV refuses it naming the field and the dtype; the
+    sm80 backend has no such field; the built-in choice takes it for split launches only."""
+    from kvforge.codegen import policy, select
+    from kvforge.codegen.render import render_variant
+    from kvforge.codegen.variant import Variant
+
+    assert build(DecodeConfig, SM90).l2_evict_first is False
+    on, off = (Variant(build(DecodeConfig, dict(SM90, l2_evict_first=p))) for p in (True, False))
+    assert "_ef_" in on.name and "_ef_" not in off.name
+    src_on, src_off = render_variant(on), render_variant(off)
+    assert "constexpr bool kL2EvictFirst = true;" in src_on and "constexpr bool kL2EvictFirst = false;" in src_off
+    assert "wg::tma_load_3d<kL2EvictFirst>(" in src_on
+    with pytest.raises(ConfigError, match=r"l2_evict_first=True: for 16-bit KV .*'fp8_e4m3'"):
+        build(DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", l2_evict_first=True))
+    with pytest.raises(ConfigError, match=r"l2_evict_first: only the sm90 backend uses it"):
+        build(DecodeConfig, dict(MLA, l2_evict_first=True))
+    assert policy.SM90_L2_EVICT_FIRST_SPLIT
+    assert [select.sm90_l2_evict_first(k) for k in (None, 1, 2, 64)] == [True, False, True, True]
+    split = select.sm90_choice("mla_decode", "bf16", 64, 1, splits=4)
+    assert split.l2_evict_first and not select.sm90_choice("mla_decode", "bf16", 64, 1, splits=1).l2_evict_first
+    fp8 = select.sm90_choice("mla_decode", "bf16", 64, 1, kv=dict(kv_dtype="fp8_e4m3", scale_mode="per_tensor"),
+                             splits=4)
+    assert not fp8.l2_evict_first
+
+
 def test_partials_16bit_defaults_names_and_source():
     """sm90: partials_16bit defaults to policy.SM90_PARTIALS_16BIT for 16-bit and fp8 KV; a 16-bit-partials
     variant's name carries 'po16', its source the constant the epilogue, the merge and the combine read, its

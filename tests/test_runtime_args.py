@@ -228,6 +228,8 @@ def test_mla_plan_object_loads_both_sm90_schedules_and_picks_per_batch(monkeypat
     partials = {b: dec.plan_for_batch(b).config.partials_16bit for b in (1, 33, 34, 64)}
     assert partials == {1: True, 33: True, 34: False, 64: False}  # select.sm90_partials_16bit
     assert dec.plan_for_batch(33, long_chunks=True).config.partials_16bit
+    evict = {b: dec.plan_for_batch(b).config.l2_evict_first for b in (1, 33, 34, 64)}
+    assert evict == {1: True, 33: True, 34: False, 64: False}  # select.sm90_l2_evict_first
     loaded.clear()
     # every batch of max_batch 8 is split: the lockstep, and the seesaw a run's max_seq_len hint may pick
     small = kvforge.MLADecode(128, 64, "bf16", max_batch=8)

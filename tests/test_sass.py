@@ -469,6 +469,31 @@ def test_16bit_partials_are_stored_and_combined_in_16_byte_and_8_byte_units(tmp_
     assert not re.search(r"\b(?:LDL|STL)\b", f_on[on.name]) and ck_on.resources.spill_store_bytes == 0
 
 
+@needs_nvrtc
+@needs_cuobjdump
+def test_l2_evict_first_puts_a_cache_policy_on_every_kv_tile_load(tmp_path):
+    """l2_evict_first: every TMA tile load (UTMALDG) of the 16-bit lockstep kernel carries the cache policy as a
+    memory descriptor operand (`desc[URn]`; ptxas folds the constant createpolicy into a uniform register); without
+    it no load does; the HGMMA count and the local-memory class are unchanged."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    base = next(v for v in ALL_SM90 if not v.config.is_fp8 and v.config.schedule == "lockstep")
+    on, off = (Variant(build(DecodeConfig, {**base.config.model_dump(mode="json"), "l2_evict_first": p}))
+               for p in (True, False))
+    ck_on, ck_off = compile(on), compile(off)
+    s_on, s_off = sass_functions(ck_on.cubin, tmp_path)[on.name], sass_functions(ck_off.cubin, tmp_path)[off.name]
+    loads_on = re.findall(r"UTMALDG[^;]*;", s_on)
+    loads_off = re.findall(r"UTMALDG[^;]*;", s_off)
+    assert loads_on and len(loads_on) == len(loads_off), (len(loads_on), len(loads_off))
+    assert all(re.search(r"desc\[UR\d+\]", ld) for ld in loads_on), loads_on[:2]
+    assert not any("desc[" in ld for ld in loads_off), loads_off[:2]
+    assert len(re.findall(r"\bHGMMA\b", s_on)) == len(re.findall(r"\bHGMMA\b", s_off))
+    assert not re.search(r"\b(?:LDL|STL)\b", s_on) and ck_on.resources.spill_store_bytes == 0
+
+
 def _prefetch_representatives():
     """One sm90 TMA-producer variant of each (schedule, fp8 staging) of the default matrix, as (prefetching 2
     tiles ahead, not prefetching) pairs."""

@@ -26,24 +26,31 @@ struct alignas(64) TensorMap {
 
 // ---- TMA ------------------------------------------------------------------------------------
 // The box at (c0, c1, c2) of a 3-D tensor map into shared memory; completes `bar`'s transactions.
-// KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT (bench/l2_policy_ab.py only): the same load with an L2 evict_first
-// cache policy, to measure the hint before any kernel ships it.
+// kEvictFirst: the load carries an L2 evict_first cache policy (streamed bytes leave L2 first; the sm90 MLA
+// kernel's l2_evict_first). KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT (bench/l2_policy_ab.py only) gives every
+// load the policy, to measure the hint where no config sets it.
+template <bool kEvictFirst = false>
 __device__ __forceinline__ void tma_load_3d(void* smem_dst, const TensorMap* map, u64* bar, int c0, int c1, int c2) {
 #ifdef KVFORGE_TMA_EVICT_FIRST_FOR_MEASUREMENT
-  u64 policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(smem_dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
-      : "memory");
+  constexpr bool kHint = true;
 #else
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
-      "[%2];" ::"r"(smem_u32(smem_dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
+  constexpr bool kHint = kEvictFirst;
 #endif
+  if constexpr (kHint) {
+    u64 policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+        "[%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(smem_dst)),
+        "l"(reinterpret_cast<u64>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];" ::"r"(smem_u32(smem_dst)),
+        "l"(reinterpret_cast<u64>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+  }
 }
 
 // The box at (c0, c1, c2) of a 3-D tensor map into L2 only: no shared memory, no barrier, nothing to wait for.
