@@ -3,7 +3,7 @@ two tiles at once) against the same variants built with KVFORGE_STAGGER_START_FO
 define in the TMA producers: the second tile's loads wait until the first tile has landed), on the benchmark's MLA
 shapes that run on sm90 and the short launches (bench.SHORT_SHAPES) where a launch's start weighs most.
 
-    python bench/stagger_ab.py [--rounds 3]
+    python bench/stagger_ab.py [--rounds 3] [--shapes all|one-block]
 
 Why (bench/RESULTS.md, twenty-second session): issuing the first tiles earlier moved nothing, because every CTA of a
 launch asks for Q and two 72 KB tiles at once (~19 MB at b=64-128) and the first tile lands with the bytes of all of
@@ -16,15 +16,23 @@ import sys
 from child_ab import alternate, child_times, define_prelude, print_ratio_table
 
 STAGGER = define_prelude("KVFORGE_STAGGER_START_FOR_MEASUREMENT")
-SHAPES = "[sh for sh in SHAPES + SHORT_SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q > 16]"
+SHAPES = {
+    "all": "[sh for sh in SHAPES + SHORT_SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q > 16]",
+    # one head block per sequence (32 and 64 heads at s_q = 1: memory-bound), and 128 heads as the control
+    "one-block": "[sh for sh in SHAPES if sh.family == 'mla_decode' and sh.s_q == 1 and sh.hq > 16 and sh.b == 128]",
+}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shapes", choices=sorted(SHAPES), default="all",
+                    help="all: the sm90 MLA bench shapes and the short launches; one-block: b=128 s_k=4096 at 32, 64 "
+                    "and 128 heads")
     args = ap.parse_args()
-    medians = alternate({"shipped": lambda: child_times(SHAPES),
-                         "staggered": lambda: child_times(SHAPES, prelude=STAGGER)}, args.rounds)
+    shapes = SHAPES[args.shapes]
+    medians = alternate({"shipped": lambda: child_times(shapes),
+                         "staggered": lambda: child_times(shapes, prelude=STAGGER)}, args.rounds)
     print_ratio_table(medians, "shipped", "staggered", "as shipped", "staggered start")
     return 0
 

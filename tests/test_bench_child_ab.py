@@ -40,8 +40,8 @@ def test_every_child_program_parses_and_binds_what_it_uses():
     programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=which == "fp8")
                 for which, expr in tree_ab.SHAPES.items()]
     stagger_ab = _tool("stagger_ab")
-    programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=stagger_ab.STAGGER, shapes=stagger_ab.SHAPES,
-                                          fp8=False))
+    programs += [child_ab.CHILD.format(bench_dir=str(BENCH), prelude=stagger_ab.STAGGER, shapes=expr, fp8=False)
+                 for expr in stagger_ab.SHAPES.values()]
     programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=guard_ab.UNGUARDED, shapes="SHORT_SHAPES",
                                           fp8=False))
     known = set(dir(builtins))
