@@ -170,8 +170,9 @@ class Sm90DecodeConfig(DecodeConfig):
                              f"producers (16-bit KV, or fp8_staging='slot'); fp8_staging={self.fp8_staging!r} loads "
                              "by bulk copies: set it to 0")
         if self.l2_evict_first and self.is_fp8:
-            raise ValueError(f"{where}.l2_evict_first=True: for 16-bit KV (kv_dtype 'bf16' or 'fp16'; got "
-                             f"{self.kv_dtype!r}, whose producers {'prefetch tiles into L2 ahead of their loads' if self.converts_in_slot else 'load by bulk copies'}); remove it")
+            raise ValueError(f"{where}.l2_evict_first=True: for 16-bit KV only, the hint is on its TMA tile loads "
+                             f"(kv_dtype 'bf16' or 'fp16'; got kv_dtype={self.kv_dtype!r} with fp8_staging="
+                             f"{self.fp8_staging!r}); remove it")
         if self.tile_tx_bytes > MAX_TX_BYTES:
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
