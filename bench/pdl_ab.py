@@ -2,11 +2,16 @@
 may start while the main kernel drains and wait for it with griddepcontrol.wait) against the plain
 launch (KVFORGE_PDL=0), on the shapes whose sequences are split.
 
-    python bench/pdl_ab.py [--rounds 2]
+    python bench/pdl_ab.py [--rounds 2] [--exit-trigger]
 
 Each round runs one child process per setting, alternating which goes first; each child times
 every shape (CUDA-graph replays, KV copies rotating past the L2) and checks its output against
 the first setting's. Prints the median per setting and the ratio.
+
+--exit-trigger adds a third setting: PDL with the sm90 kernels built without their trigger after the main loop
+(KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT, a measurement-only define), so each CTA triggers the combine's launch
+only by exiting. Why (bench/RESULTS.md, ninth and twenty-seventh sessions): PDL makes the sm90 b=1 h=128 call 5-7%
+slower, and whether the early trigger is the cause is the first question.
 """
 import argparse
 import json
@@ -15,9 +20,12 @@ import statistics
 import subprocess
 import sys
 
+from child_ab import define_prelude
+
 CHILD = r'''
 import json, math, sys
 sys.path.insert(0, {bench!r})
+{prelude}
 import torch
 from bench import L2_BYTES, Shape, graph_ms, make_inputs, run_kvforge
 out = {{}}
@@ -34,32 +42,42 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def child(pdl: str) -> dict:
+# setting: (KVFORGE_PDL, child prelude)
+SETTINGS = {"1": ("1", ""), "0": ("0", ""), "exit": ("1", define_prelude("KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT"))}
+
+
+def child(setting: str) -> dict:
+    pdl, prelude = SETTINGS[setting]
     env = {**os.environ, "KVFORGE_PDL": pdl}
-    r = subprocess.run([sys.executable, "-c", CHILD.format(bench=os.path.dirname(os.path.abspath(__file__)))],
-                       capture_output=True, text=True, env=env)
+    code = CHILD.format(bench=os.path.dirname(os.path.abspath(__file__)), prelude=prelude)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     if not line:
-        raise RuntimeError(f"KVFORGE_PDL={pdl} child failed: {r.stderr[-2000:]}")
+        raise RuntimeError(f"setting {setting!r} (KVFORGE_PDL={pdl}) child failed: {r.stderr[-2000:]}")
     return json.loads(line[0][7:])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--exit-trigger", action="store_true", help="also PDL with the sm90 kernels' loop trigger removed")
     args = ap.parse_args()
-    runs = {"1": [], "0": []}
+    names = ["1", "0"] + (["exit"] if args.exit_trigger else [])
+    runs = {n: [] for n in names}
     for r in range(args.rounds):
-        for pdl in (("1", "0") if r % 2 == 0 else ("0", "1")):
-            runs[pdl].append(child(pdl))
+        for name in (names if r % 2 == 0 else names[::-1]):
+            runs[name].append(child(name))
     ref = runs["0"][0]
-    print("| shape | PDL ms | plain ms | plain / PDL | same output |")
-    print("|---|---|---|---|---|")
+    extra = " | exit-trigger PDL ms | plain / exit-trigger PDL" if args.exit_trigger else ""
+    print(f"| shape | PDL ms | plain ms | plain / PDL{extra} | same output |")
+    print("|---|---|---|---|" + ("---|---|" if args.exit_trigger else "") + "---|")
     for label in ref:
-        a = statistics.median(x[label][0] for x in runs["1"])
-        b = statistics.median(x[label][0] for x in runs["0"])
-        same = all(abs(x[label][1] - ref[label][1]) <= 1e-6 * abs(ref[label][1]) for x in runs["1"])
-        print(f"| {label} | {a:.4f} | {b:.4f} | {b / a:.3f} | {same} |")
+        med = {n: statistics.median(x[label][0] for x in runs[n]) for n in names}
+        same = all(abs(x[label][1] - ref[label][1]) <= 1e-6 * abs(ref[label][1]) for n in names for x in runs[n])
+        cols = f"| {label} | {med['1']:.4f} | {med['0']:.4f} | {med['0'] / med['1']:.3f}"
+        if args.exit_trigger:
+            cols += f" | {med['exit']:.4f} | {med['0'] / med['exit']:.3f}"
+        print(f"{cols} | {same} |")
     return 0
 
 

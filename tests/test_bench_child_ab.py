@@ -103,3 +103,17 @@ def test_rounds_alternate_the_arms_and_report_medians(capsys):
     child_ab.print_ratio_table(medians, "a", "b", "base", "this")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "| shape | base ms | this ms | base / this |" and out[2] == "| shape | 2.0000 | 2.0000 | 1.000 |"
+
+
+def test_pdl_ab_settings_are_valid_child_programs():
+    """bench/pdl_ab.py: every setting's child program parses and binds what it uses; the exit-trigger setting runs
+    with PDL on and compiles the sm90 kernels with the measurement-only define the template tests for."""
+    tool = _tool("pdl_ab")
+    known = set(dir(builtins))
+    for name, (pdl, prelude) in tool.SETTINGS.items():
+        code = tool.CHILD.format(bench=str(BENCH), prelude=prelude)
+        bound, loaded = _names(ast.parse(code))
+        assert loaded - bound - known == set(), (name, loaded - bound - known)
+    assert tool.SETTINGS["exit"][0] == "1" and "KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["exit"][1]
+    template = (BENCH.parent / "templates/cuda/decode_sm90.cu.j2").read_text()
+    assert "#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in template

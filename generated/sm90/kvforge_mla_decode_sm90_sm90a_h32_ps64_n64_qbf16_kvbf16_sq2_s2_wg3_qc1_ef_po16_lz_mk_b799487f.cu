@@ -369,6 +369,15 @@ __device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const
   }
 }
 
+// Every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue (the first
+// thread of a CTA to trigger triggers it). KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT (bench/pdl_ab.py --exit-trigger
+// only): no trigger, so a CTA counts as triggered when it exits.
+__device__ __forceinline__ void trigger_dependents_after_loop() {
+#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT
+  kvforge_pdl_launch_dependents();
+#endif
+}
+
 // This thread's Q copies have landed and are visible to wgmma (async proxy).
 __device__ __forceinline__ void q_landed() {
   kvforge::sm80::cp_async_wait_all();
@@ -750,8 +759,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     pipe.release_all();
     pipe.advance();
   }
-  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
-  kvforge_pdl_launch_dependents();
+  trigger_dependents_after_loop();
   KVFORGE_TRACE(10, 128);  // every tile consumed (warpgroup 0)
   KVFORGE_TRACE(11, 256);  // (warpgroup 1)
   epilogue(o, st, rows, w, red_sum, reinterpret_cast<const int*>(smem + kOffWork), smem + kOffEpilogue, out, lse,

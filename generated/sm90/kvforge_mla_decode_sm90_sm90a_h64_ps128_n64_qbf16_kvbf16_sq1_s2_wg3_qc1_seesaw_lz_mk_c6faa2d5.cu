@@ -378,6 +378,15 @@ __device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const
   }
 }
 
+// Every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue (the first
+// thread of a CTA to trigger triggers it). KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT (bench/pdl_ab.py --exit-trigger
+// only): no trigger, so a CTA counts as triggered when it exits.
+__device__ __forceinline__ void trigger_dependents_after_loop() {
+#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT
+  kvforge_pdl_launch_dependents();
+#endif
+}
+
 // This thread's Q copies have landed and are visible to wgmma (async proxy).
 __device__ __forceinline__ void q_landed() {
   kvforge::sm80::cp_async_wait_all();
@@ -1028,8 +1037,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
   }
   if (n - t == 2) pair<true, false, false>(o, s, s2, p, st, sm, pa, pb, w, t, scale_log2);
   else if (n - t == 1) pair<false, false, false>(o, s, s2, p, st, sm, pa, pb, w, t, scale_log2);
-  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
-  kvforge_pdl_launch_dependents();
+  trigger_dependents_after_loop();
   KVFORGE_TRACE(10, 128);  // every tile consumed (warpgroup 0)
   KVFORGE_TRACE(11, 256);  // (warpgroup 1)
   // (the epilogue's first barrier also orders warpgroup 1's last row_max stores)
