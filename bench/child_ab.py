@@ -1,5 +1,5 @@
-"""Two-arm A/B in child processes, shared by bench/tree_ab.py (two source trees) and bench/guard_ab.py (a
-measurement-only define on and off). The runtime caches plans per config, so two builds of one config cannot share
+"""Two-arm A/B in child processes, shared by bench/tree_ab.py (two source trees) and the measurement-only define
+A/Bs (guard_ab, loads_off_ab, stagger_ab: `define_ab`; l2_policy_ab, pdl_ab: `define_prelude`). The runtime caches plans per config, so two builds of one config cannot share
 a process: each arm's child runs once per round, rounds alternating which arm goes first. A child times its
 shapes' built-in calls (bench.run_kvforge: with the max_seq_len hint, as bench.py calls them; or per-tensor e4m3
 caches of the same values) by CUDA-graph replays and prints one line, "RESULT <json [[label, ms], ...]>".
@@ -80,3 +80,10 @@ def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_ti
     for label, ta in medians[a].items():
         tb = medians[b][label]
         print(f"| {label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |")
+
+
+def define_ab(shapes: str, prelude: str, rounds: int, titles: tuple[str, str]) -> None:
+    """The built-in calls on `shapes` as shipped against the same variants built under `prelude` (a `define_prelude`),
+    `rounds` alternating rounds, printed as `print_ratio_table` with `titles` (as shipped, with the define)."""
+    medians = alternate({"a": lambda: child_times(shapes), "b": lambda: child_times(shapes, prelude=prelude)}, rounds)
+    print_ratio_table(medians, "a", "b", *titles)

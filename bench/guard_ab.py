@@ -13,7 +13,7 @@ share a config); rounds alternate which goes first. Prints the median per build 
 import argparse
 import sys
 
-from child_ab import alternate, child_times, define_prelude, print_ratio_table
+from child_ab import define_ab, define_prelude
 
 UNGUARDED = define_prelude("KVFORGE_UNGUARDED_FOR_MEASUREMENT")
 
@@ -24,9 +24,7 @@ def main() -> int:
     ap.add_argument("--short", action="store_true", help="MLA shapes of few tiles per CTA (fixed costs)")
     args = ap.parse_args()
     shapes = "SHORT_SHAPES" if args.short else "SHAPES"
-    medians = alternate({"guarded": lambda: child_times(shapes),
-                         "unguarded": lambda: child_times(shapes, prelude=UNGUARDED)}, args.rounds)
-    print_ratio_table(medians, "guarded", "unguarded", "guarded", "unguarded")
+    define_ab(shapes, UNGUARDED, args.rounds, ("guarded", "unguarded"))
     return 0
 
 

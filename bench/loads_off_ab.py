@@ -12,7 +12,7 @@ share a config); rounds alternate which goes first. The ratio is the speed-up a 
 import argparse
 import sys
 
-from child_ab import alternate, child_times, define_prelude, print_ratio_table
+from child_ab import define_ab, define_prelude
 
 NO_LOADS = define_prelude("KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT")
 SHAPES = "[sh for sh in SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q > 16]"
@@ -22,9 +22,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    medians = alternate({"loads": lambda: child_times(SHAPES),
-                         "no loads": lambda: child_times(SHAPES, prelude=NO_LOADS)}, args.rounds)
-    print_ratio_table(medians, "loads", "no loads", "as shipped", "loads switched off")
+    define_ab(SHAPES, NO_LOADS, args.rounds, ("as shipped", "loads switched off"))
     return 0
 
 

@@ -13,7 +13,7 @@ its own process (bench/child_ab.py); rounds alternate which goes first. Ratio > 
 import argparse
 import sys
 
-from child_ab import alternate, child_times, define_prelude, print_ratio_table
+from child_ab import define_ab, define_prelude
 
 STAGGER = define_prelude("KVFORGE_STAGGER_START_FOR_MEASUREMENT")
 SHAPES = {
@@ -30,10 +30,7 @@ def main() -> int:
                     help="all: the sm90 MLA bench shapes and the short launches; one-block: b=128 s_k=4096 at 32, 64 "
                     "and 128 heads")
     args = ap.parse_args()
-    shapes = SHAPES[args.shapes]
-    medians = alternate({"shipped": lambda: child_times(shapes),
-                         "staggered": lambda: child_times(shapes, prelude=STAGGER)}, args.rounds)
-    print_ratio_table(medians, "shipped", "staggered", "as shipped", "staggered start")
+    define_ab(SHAPES[args.shapes], STAGGER, args.rounds, ("as shipped", "staggered start"))
     return 0
 
 

@@ -442,14 +442,19 @@ def sm90_partials_16bit(splits: int | None) -> bool:
     launch writes no partials, and its fp32-partials variant is the SASS the kernel had before the 16-bit
     partials (the 16-bit variant's unsplit epilogue, rescheduled by ptxas, measured 1.5-4% slower on short
     unsplit launches in two runs: bench/RESULTS.md, twenty-third session)."""
-    return policy.SM90_PARTIALS_16BIT and (splits is None or splits > 1)
+    return policy.SM90_PARTIALS_16BIT and _may_split(splits)
+
+
+def _may_split(splits: int | None) -> bool:
+    """Whether a launch whose plan cuts each sequence into `splits` chunks (None: unknown) splits or may."""
+    return splits is None or splits > 1
 
 
 def sm90_l2_evict_first(splits: int | None) -> bool:
     """l2_evict_first for a 16-bit launch whose plan cuts each sequence into `splits` chunks (None: unknown):
     policy.SM90_L2_EVICT_FIRST_SPLIT where sequences are split (or may be), off where the grid runs unsplit (measured
     no faster there; the unsplit variants keep their SASS)."""
-    return policy.SM90_L2_EVICT_FIRST_SPLIT and (splits is None or splits > 1)
+    return policy.SM90_L2_EVICT_FIRST_SPLIT and _may_split(splits)
 
 
 def sm90_long_chunks(max_seq_len: int, batch: int, heads: int, s_q: int, num_sms: int) -> bool:

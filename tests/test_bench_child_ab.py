@@ -117,3 +117,20 @@ def test_pdl_ab_settings_are_valid_child_programs():
     assert tool.SETTINGS["exit"][0] == "1" and "KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["exit"][1]
     template = (BENCH.parent / "templates/cuda/decode_sm90.cu.j2").read_text()
     assert "#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in template
+
+
+def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):
+    """child_ab.define_ab: arm one without a prelude, arm two with the define's, alternating rounds, one table row
+    per shape under the given titles with as-shipped / defined."""
+    child_ab = _tool("child_ab")
+    calls = []
+
+    def fake(shapes, *, prelude=""):
+        calls.append(prelude)
+        return {"S": 2.0 if prelude else 1.0}
+
+    monkeypatch.setattr(child_ab, "child_times", fake)
+    child_ab.define_ab("SHAPES", child_ab.define_prelude("X_FOR_MEASUREMENT"), 2, ("as shipped", "with X"))
+    out = capsys.readouterr().out
+    assert calls[0] == "" and "X_FOR_MEASUREMENT" in calls[1] and calls[2] == calls[1] and calls[3] == ""
+    assert "| shape | as shipped ms | with X ms | as shipped / with X |" in out and "| S | 1.0000 | 2.0000 | 0.500 |" in out
