@@ -3,7 +3,7 @@ read (bulk copies into an mbarrier ring, `kvforge/pipeline.cuh`), next to bench.
 4 GB) and the device copy.
 
     python bench/read_ceiling.py [--gib 4] [--chunks 8192,16384,32768] [--stages 2,4,8] [--ctas-per-sm 1,2,4]
-                                 [--row-bytes 256 --heads 8 --producers 1,4 --random-pages]
+                                 [--row-bytes 256 --heads 8 --producers 1,4 --random-pages] [--l2-mib 32]
 
 Each CTA is producer warps (the first lane of the first issues `cp.async.bulk` of `chunk` bytes into the next free
 slot of a `stages`-deep ring) and one consumer warp (waits for each slot, reads one 16-byte word of it into a
@@ -18,7 +18,9 @@ no more from eight: the SM's bulk-copy unit caps row-sized copies.
 Median of CUDA-event timings after warm-up, the buffer (default 4 GiB) far beyond the L2. Prints GB/s per
 configuration and the best, with torch's reduction and copy in the same run: whether a decode kernel reading at X%
 of bench.py's ceiling has headroom is what this says (kvforge's GQA reads ~4.1-4.2 TB/s, FlashInfer ~4.4, above the
-torch reduction's ~4.3).
+torch reduction's ~4.3). `--l2-mib M`: the chunks are read from an M-MiB buffer over and over (the total stays
+`--gib`), so every copy after the first lap hits the L2: the L2-to-shared-memory ceiling, which bounds a kernel whose
+CTAs read the same bytes twice (MLA at 128 heads: two 64-head CTAs per sequence move twice the DRAM bytes out of L2).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ static_assert(kRow == 0 || (kChunk %% kRow == 0 && kRow %% 16 == 0), "rows");
 static_assert(kRow > 0 || kProducers == 1, "one copy per slot: one producer");
 }
 extern "C" __global__ void __launch_bounds__(32 * (kProducers + 1)) kvforge_read_ceiling(
-    const unsigned char* src, long long chunks, const int* pages, unsigned long long* sink) {
+    const unsigned char* src, long long chunks, long long wrap, const int* pages, unsigned long long* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Ring ring{reinterpret_cast<kvforge::u64*>(smem + kStages * kChunk)};
   if (threadIdx.x == 0) ring.init();
@@ -56,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(32 * (kProducers + 1)) kvforge_read
       pipe.producer_acquire();
       if constexpr (kRow == 0) {
         kvforge::u64* full = pipe.producer_commit_expect_tx(kChunk);
-        kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + c * kChunk, kChunk, full);
+        kvforge::bulk_copy_g2s(smem + pipe.index() * kChunk, src + (c %% wrap) * kChunk, kChunk, full);
       } else {  // chunk c: head c %% kHeads of page pages[c / kHeads], its rows kHeads rows apart, one copy per row
         kvforge::u64* full = ring.full(pipe.index());
         if (threadIdx.x == 0) pipe.producer_commit_expect_tx(kChunk);  // the others' bytes may land first (tx < 0)
@@ -110,11 +112,17 @@ def main() -> int:
                     "(comma-separated values to try; the GQA kernel has 4)")
     ap.add_argument("--random-pages", action="store_true", help="--row-bytes: the pages (chunk x heads bytes each) "
                     "in a random order, as a block table scatters them, instead of in memory order")
+    ap.add_argument("--l2-mib", type=float, default=0.0, help="one copy per slot: read the --gib bytes from a buffer "
+                    "of this many MiB, lap after lap (it stays in the L2: the L2-to-shared-memory ceiling); 0: one "
+                    "pass over a --gib buffer (the DRAM ceiling)")
     args = ap.parse_args()
+    if args.l2_mib and args.row_bytes:
+        ap.error("--l2-mib measures one copy per slot; leave out --row-bytes")
     nbytes = int(args.gib * (1 << 30)) // 65536 * 65536
     if args.row_bytes:
         nbytes = nbytes // (65536 * args.heads) * 65536 * args.heads  # whole chunks per head
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    src_bytes = int(args.l2_mib * (1 << 20)) // 65536 * 65536 if args.l2_mib else nbytes
+    src = torch.empty(src_bytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     sink = torch.zeros(1, dtype=torch.int64, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     import numpy as np
@@ -139,7 +147,8 @@ def main() -> int:
                 for per_sm in (int(x) for x in args.ctas_per_sm.split(",")):
                     if per_sm * (smem + 1024) > 228 * 1024:
                         continue
-                    argv = (src.data_ptr(), np.int64(nbytes // chunk), pages.data_ptr() if pages is not None else 0,
+                    argv = (src.data_ptr(), np.int64(nbytes // chunk), np.int64(src_bytes // chunk),
+                            pages.data_ptr() if pages is not None else 0,
                             sink.data_ptr())
 
                     def run():
@@ -153,7 +162,8 @@ def main() -> int:
                           flush=True)
     ref = ceilings()
     best = max(results)
-    print(f"\nbest bulk-copy read: {best[0]:.0f} GB/s (chunk {best[1]} B, {best[2]} stages, {best[3]} CTAs/SM); "
+    where = f" from an L2-resident {src_bytes >> 20} MiB buffer" if args.l2_mib else ""
+    print(f"\nbest bulk-copy read{where}: {best[0]:.0f} GB/s (chunk {best[1]} B, {best[2]} stages, {best[3]} CTAs/SM); "
           f"torch reduction {ref['read']:.0f} GB/s, device copy {ref['copy']:.0f} GB/s (read+write), "
           f"median of the bulk configurations {statistics.median(r[0] for r in results):.0f} GB/s")
     return 0

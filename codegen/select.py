@@ -293,13 +293,15 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
                       f"page_size={page_size} on {arch}: {last_err}")
 
 
-# Programmatic dependent launch of the combine (runtime default where the arch has it): main kernels
-# trigger their dependents once every tile is consumed, the combine waits (griddepcontrol). Measured
-# on the H200 (bench/pdl_ab.py, bench/RESULTS.md): sm80-backend kernels 1.004-1.058x faster on the
-# split shapes; the sm90 MLA kernel 0.80x at b=1 (1.01x at b=32), so it keeps the plain launch.
-# Unmeasured arches (sm_100a) keep the plain launch too.
-PDL_BACKENDS = ("sm80",)
-PDL_ARCHS = ("sm_90",)
+# Programmatic dependent launch of the combine (runtime default where the arch has it): the combine
+# waits for the main kernel (griddepcontrol). sm80-backend kernels trigger their dependents once every
+# tile is consumed; sm90 kernels by exiting. Measured on the H200 (bench/pdl_ab.py, bench/RESULTS.md):
+# sm80-backend kernels 1.004-1.066x faster on the split shapes; the sm90 MLA kernel 0.95-0.97x at
+# h=128 b=1 and b=32 with a trigger after its main loop, 1.009-1.033x with its CTAs triggering by
+# exiting (twenty-eighth session, two runs).
+# Unmeasured arches (sm_100a) keep the plain launch.
+PDL_BACKENDS = ("sm80", "sm90")
+PDL_ARCHS = ("sm_90", "sm_90a")
 
 
 def combine_pdl(config: DecodeConfig) -> bool:

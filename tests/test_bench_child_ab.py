@@ -106,7 +106,7 @@ def test_rounds_alternate_the_arms_and_report_medians(capsys):
 
 
 def test_pdl_ab_settings_are_valid_child_programs():
-    """bench/pdl_ab.py: every setting's child program parses and binds what it uses; the exit-trigger setting runs
+    """bench/pdl_ab.py: every setting's child program parses and binds what it uses; the early-trigger setting runs
     with PDL on and compiles the sm90 kernels with the measurement-only define the template tests for."""
     tool = _tool("pdl_ab")
     known = set(dir(builtins))
@@ -114,9 +114,9 @@ def test_pdl_ab_settings_are_valid_child_programs():
         code = tool.CHILD.format(bench=str(BENCH), prelude=prelude)
         bound, loaded = _names(ast.parse(code))
         assert loaded - bound - known == set(), (name, loaded - bound - known)
-    assert tool.SETTINGS["exit"][0] == "1" and "KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["exit"][1]
+    assert tool.SETTINGS["early"][0] == "1" and "KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["early"][1]
     template = (BENCH.parent / "templates/cuda/decode_sm90.cu.j2").read_text()
-    assert "#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT" in template
+    assert "#ifdef KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT" in template
 
 
 def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):

@@ -319,17 +319,18 @@ def test_fp8_convert_choice_is_checked():
                              scale_mode="per_tensor", fp8_convert="sideways")
 
 
-def test_the_combine_is_launched_programmatically_by_default_for_the_sm80_backend_on_sm_90(monkeypatch):
-    """Measured (bench/pdl_ab.py): sm80-backend kernels gain from PDL, the sm90 MLA kernel loses at
-    b = 1; KVFORGE_PDL=1/0 overrides the default wherever the arch has PDL."""
+def test_the_combine_is_launched_programmatically_by_default_on_sm_90(monkeypatch):
+    """Measured (bench/pdl_ab.py): sm80-backend kernels gain from PDL, and the sm90 MLA kernel too now
+    that its CTAs trigger the combine by exiting; an arch without PDL keeps the plain launch;
+    KVFORGE_PDL=1/0 overrides the default wherever the arch has PDL."""
     from kvforge.codegen.select import combine_pdl
     from kvforge.runtime import plan
 
     gqa = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1)
     mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=128, head_dim=576, s_q=1)
     old = select_decode_config("gqa_decode", "sm_89", "bf16", 16, heads=4, head_dim=128, s_q=1)
-    assert (combine_pdl(gqa), combine_pdl(mla), combine_pdl(old)) == (True, False, False)
-    for env, want in ((None, (True, False, False)), ("1", (True, True, False)), ("0", (False, False, False))):
+    assert (combine_pdl(gqa), combine_pdl(mla), combine_pdl(old)) == (True, True, False)
+    for env, want in ((None, (True, True, False)), ("1", (True, True, False)), ("0", (False, False, False))):
         monkeypatch.setattr(plan, "PDL", env)
         assert tuple(plan.uses_pdl(c) for c in (gqa, mla, old)) == want, env
 

@@ -369,11 +369,12 @@ __device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const
   }
 }
 
-// Every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue (the first
-// thread of a CTA to trigger triggers it). KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT (bench/pdl_ab.py --exit-trigger
-// only): no trigger, so a CTA counts as triggered when it exits.
+// Every tile is consumed. The combine, launched programmatically on sm_90, starts as the CTAs exit: an
+// explicit trigger here made split calls 3-5% slower; exit-triggered PDL is 1-3% faster than the plain
+// launch (bench/pdl_ab.py, bench/RESULTS.md). KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT (bench/pdl_ab.py
+// --early-trigger only) puts the trigger back, so the two can be measured again.
 __device__ __forceinline__ void trigger_dependents_after_loop() {
-#ifndef KVFORGE_PDL_EXIT_TRIGGER_FOR_MEASUREMENT
+#ifdef KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT
   kvforge_pdl_launch_dependents();
 #endif
 }
