@@ -111,6 +111,9 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
                  else ("LDG", "fp8 tiles loaded into the producers' registers"))
     for op, what in (("HGMMA", "wgmma"), loads, ("USETMAXREG", "setmaxnreg")):
         assert re.search(rf"\b{op}\b", main), f"no {op} ({what}) in the main kernel; {report}"
+    # the combine (launched by PDL on sm_90) starts as these CTAs exit: an explicit trigger after the main loop
+    # (griddepcontrol.launch_dependents, SASS PREEXIT) made split calls 3-5% slower (bench/pdl_ab.py)
+    assert not re.search(r"\bPREEXIT\b", main), f"an explicit PDL trigger in the sm90 main kernel; {report}"
     local = sorted(set(re.findall(r"\b(?:LDL|STL)\b[.\w]*", main)))
     if variant.config.is_fp8:
         # ptxas keeps a few words on the stack in the fp8 kernels (the slot staging's producers at 72 registers,
@@ -226,6 +229,22 @@ def test_seesaw_b_first_keeps_the_wgmma_pipeline_without_local_memory(tmp_path):
         assert len(re.findall(op, bf_s)) == len(re.findall(op, base_s)), op
     assert not re.search(r"\b(?:LDL|STL)\b", bf_s), "local memory in the seesaw_b_first kernel"
     assert bf_k.resources.spill_store_bytes == bf_k.resources.spill_load_bytes == 0
+
+
+@needs_nvrtc
+@needs_cuobjdump
+def test_sm80_kernels_trigger_the_combine_after_their_loop_and_sm90_kernels_by_exiting(tmp_path):
+    """PDL triggers as measured (bench/pdl_ab.py): the sm80 backend's main kernels trigger their combine once
+    every tile is consumed (PREEXIT in SASS), the sm90 kernels carry no trigger (so the per-variant test's
+    'no PREEXIT' can fail: the same opcode is found where it is emitted)."""
+    from kvforge.runtime import compile
+
+    sm80 = next(v for v in _sm80_lazy_representatives() if v.config.family == "gqa_decode")
+    sm90 = ALL_SM90[0]
+    counts = {}
+    for v in (sm80, sm90):
+        counts[v.backend] = len(re.findall(r"\bPREEXIT\b", sass_functions(compile(v).cubin, tmp_path)[v.name]))
+    assert counts["sm80"] >= 1 and counts["sm90"] == 0, counts
 
 
 def _sm80_lazy_representatives():
