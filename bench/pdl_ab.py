@@ -2,7 +2,7 @@
 may start while the main kernel drains and wait for it with griddepcontrol.wait) against the plain
 launch (KVFORGE_PDL=0), on the shapes whose sequences are split.
 
-    python bench/pdl_ab.py [--rounds 2] [--early-trigger]
+    python bench/pdl_ab.py [--rounds 2] [--early-trigger] [--sm80-exit-trigger]
 
 Each round runs one child process per setting, alternating which goes first; each child times
 every shape (CUDA-graph replays, KV copies rotating past the L2) and checks its output against
@@ -12,6 +12,8 @@ the first setting's. Prints the median per setting and the ratio.
 (KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT, a measurement-only define), as the sm80 kernels have it; the shipped
 sm90 kernels trigger the combine's launch only by exiting. Measured (bench/RESULTS.md, twenty-eighth session): with
 the early trigger PDL made the sm90 b=1 and b=32 h=128 calls 3-5% slower than the plain launch, without it 1-3% faster.
+--sm80-exit-trigger adds the converse: PDL with the sm80 kernels built without their trigger
+(KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT), so they too trigger the combine by exiting.
 """
 import argparse
 import json
@@ -44,7 +46,11 @@ print("RESULT " + json.dumps(out))
 
 
 # setting: (KVFORGE_PDL, child prelude)
-SETTINGS = {"1": ("1", ""), "0": ("0", ""), "early": ("1", define_prelude("KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT"))}
+SETTINGS = {"1": ("1", ""), "0": ("0", ""), "early": ("1", define_prelude("KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT")),
+            "sm80_exit": ("1", define_prelude("KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT"))}
+# the optional settings: (option, column title)
+EXTRA = {"early": ("early_trigger", "early-trigger PDL (sm90)"),
+         "sm80_exit": ("sm80_exit_trigger", "exit-trigger PDL (sm80)")}
 
 
 def child(setting: str) -> dict:
@@ -63,22 +69,24 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--early-trigger", action="store_true", help="also PDL with the sm90 kernels triggering the "
                     "combine after their main loop")
+    ap.add_argument("--sm80-exit-trigger", action="store_true", help="also PDL with the sm80 kernels triggering the "
+                    "combine by exiting")
     args = ap.parse_args()
-    names = ["1", "0"] + (["early"] if args.early_trigger else [])
+    extra = [n for n, (opt, _) in EXTRA.items() if getattr(args, opt)]
+    names = ["1", "0"] + extra
     runs = {n: [] for n in names}
     for r in range(args.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             runs[name].append(child(name))
     ref = runs["0"][0]
-    extra = " | early-trigger PDL ms | plain / early-trigger PDL" if args.early_trigger else ""
-    print(f"| shape | PDL ms | plain ms | plain / PDL{extra} | same output |")
-    print("|---|---|---|---|" + ("---|---|" if args.early_trigger else "") + "---|")
+    titles = "".join(f" | {EXTRA[n][1]} ms | plain / {EXTRA[n][1]}" for n in extra)
+    print(f"| shape | PDL ms | plain ms | plain / PDL{titles} | same output |")
+    print("|---|---|---|---|" + "---|---|" * len(extra) + "---|")
     for label in ref:
         med = {n: statistics.median(x[label][0] for x in runs[n]) for n in names}
         same = all(abs(x[label][1] - ref[label][1]) <= 1e-6 * abs(ref[label][1]) for n in names for x in runs[n])
         cols = f"| {label} | {med['1']:.4f} | {med['0']:.4f} | {med['0'] / med['1']:.3f}"
-        if args.early_trigger:
-            cols += f" | {med['early']:.4f} | {med['0'] / med['early']:.3f}"
+        cols += "".join(f" | {med[n]:.4f} | {med['0'] / med[n]:.3f}" for n in extra)
         print(f"{cols} | {same} |")
     return 0
 

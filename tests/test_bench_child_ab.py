@@ -117,6 +117,11 @@ def test_pdl_ab_settings_are_valid_child_programs():
     assert tool.SETTINGS["early"][0] == "1" and "KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["early"][1]
     template = (BENCH.parent / "templates/cuda/decode_sm90.cu.j2").read_text()
     assert "#ifdef KVFORGE_PDL_EARLY_TRIGGER_FOR_MEASUREMENT" in template
+    assert tool.SETTINGS["sm80_exit"][0] == "1"
+    assert "KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT" in tool.SETTINGS["sm80_exit"][1]
+    sm80 = (BENCH.parent / "templates/cuda/decode_sm80.cu.j2").read_text()
+    assert "#ifndef KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT" in sm80
+    assert set(tool.EXTRA) == set(tool.SETTINGS) - {"0", "1"}
 
 
 def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):

@@ -567,8 +567,12 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     else pipe.consumer_release();
     pipe.advance();
   }
-  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue
+  // every tile is consumed: the combine (launched programmatically on sm_90) may start its prologue.
+  // KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT (bench/pdl_ab.py --sm80-exit-trigger only): no trigger, so a
+  // CTA counts as triggered when it exits, as the sm90 kernels do.
+#ifndef KVFORGE_PDL_SM80_EXIT_TRIGGER_FOR_MEASUREMENT
   kvforge_pdl_launch_dependents();
+#endif
   epilogue(o, st, rows, w, red_sum, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
