@@ -298,7 +298,8 @@ def sm80_choice(family: str, arch: str, dtype: str, page_size: int, heads_per_ct
 # tile is consumed; sm90 kernels by exiting. Measured on the H200 (bench/pdl_ab.py, bench/RESULTS.md):
 # sm80-backend kernels 1.004-1.066x faster on the split shapes; the sm90 MLA kernel 0.95-0.97x at
 # h=128 b=1 and b=32 with a trigger after its main loop, 1.009-1.033x with its CTAs triggering by
-# exiting (twenty-eighth session, two runs).
+# exiting (twenty-eighth session, three runs); the sm80 kernels by exit lose their gain (0.995x at MLA
+# h=16 b=2 against 1.060x), so each backend keeps its own trigger.
 # Unmeasured arches (sm_100a) keep the plain launch.
 PDL_BACKENDS = ("sm80", "sm90")
 PDL_ARCHS = ("sm_90", "sm_90a")

@@ -21,8 +21,8 @@ from kvforge.codegen.variant import Variant
 DEBUG_BARRIERS = os.environ.get("KVFORGE_DEBUG_BARRIERS") == "1"
 # KVFORGE_PDL: whether the combine kernel is launched programmatically (PDL) after the main kernel on
 # sm_90 and newer (its CTAs may start once every main CTA has consumed its tiles, sm80 backend, or has
-# exited, sm90; they wait for it with griddepcontrol.wait): "1" wherever the arch has it, "0" never, unset the measured default
-# (`codegen.select.combine_pdl`: the sm80 and sm90 backends' kernels on sm_90).
+# exited, sm90; they wait for it with griddepcontrol.wait): "1" wherever the arch has it, "0" never,
+# unset the measured default (`codegen.select.combine_pdl`: the sm80 and sm90 backends' kernels on sm_90).
 PDL = os.environ.get("KVFORGE_PDL")
 
 
