@@ -139,3 +139,22 @@ def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert calls[0] == "" and "X_FOR_MEASUREMENT" in calls[1] and calls[2] == calls[1] and calls[3] == ""
     assert "| shape | as shipped ms | with X ms | as shipped / with X |" in out and "| S | 1.0000 | 2.0000 | 0.500 |" in out
+
+
+def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(monkeypatch, capsys):
+    """bench/read_ceiling.py: --l2-mib measures one copy per slot, so with --row-bytes it stops with a message naming
+    both options before it touches a GPU (torch and bench are stand-ins here: nothing past the check may run)."""
+    import types
+
+    if importlib.util.find_spec("torch") is None:
+        monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setitem(sys.modules, "bench", types.SimpleNamespace(ceilings=None, median_ms=None))
+    tool = _tool("read_ceiling")
+    monkeypatch.setattr(sys, "argv", ["read_ceiling.py", "--l2-mib", "32", "--row-bytes", "256"])
+    try:
+        tool.main()
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("read_ceiling.py ran with --l2-mib and --row-bytes")
+    assert "--l2-mib measures one copy per slot; leave out --row-bytes" in capsys.readouterr().err
