@@ -27,17 +27,22 @@ page's run of tokens and block scales), and the math warpgroups convert each int
 the producer warpgroup converts them in place, front to back (box k's 16-bit output overwrites only
 boxes up to k, read into registers before a barrier over the half), then arrives on the full barrier:
 the HBM reads stay asynchronous and deep as for 16-bit KV, and no register holds a tile in flight.
+
+GQA (family 'gqa_decode', 16-bit KV): its own kernel (templates/cuda/decode_sm90_gqa.cu.j2) whose tiling
+codegen/sm90_gqa.py derives: one CTA per KV head, sequence and split, one math warpgroup per 64 of the
+group x s_q query rows, K and V tiles by TMA; the MLA-only fields keep their defaults or are refused.
 """
 from __future__ import annotations
 
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from . import policy
 from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
+from .sm90_gqa import GQA_BLOCK_N, Sm90GqaTiling
 from .smem import SmemLayout, SmemLayoutBuilder
 
 WGMMA_M = 64
@@ -126,6 +131,25 @@ class Sm90DecodeConfig(DecodeConfig):
     warps_field: ClassVar[str] = "heads_per_cta"
     stages_field: ClassVar[str] = "num_kv_stages"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gqa_defaults(cls, data):
+        """GQA takes the split sequences' combine kernel and fp32 partials: merge_in_kernel and partials_16bit
+        default to off for it (the MLA defaults come from policy)."""
+        if isinstance(data, dict) and data.get("family") == "gqa_decode":
+            data = {"merge_in_kernel": False, "partials_16bit": False, **data}
+        return data
+
+    @property
+    def is_gqa(self) -> bool:
+        return self.family == "gqa_decode"
+
+    @cached_property
+    def gqa(self) -> Sm90GqaTiling:
+        """The GQA kernel's tiling (family 'gqa_decode' only)."""
+        return Sm90GqaTiling(head_dim=self.head_dim_qk, rows=self.heads_per_cta * self.max_s_q,
+                             page_size=self.page_size, stages=self.num_kv_stages, arch=self.arch)
+
     @classmethod
     def foreign_hint(cls, name: str) -> str:
         return ("has fixed warpgroup roles (one TMA producer, two wgmma math warpgroups): set num_kv_stages "
@@ -134,9 +158,9 @@ class Sm90DecodeConfig(DecodeConfig):
     def _validate_backend(self, where: str) -> None:
         if self.backend != "sm90":
             raise ValueError(f"{where}.backend={self.backend!r}: expected 'sm90'")
-        if self.family != "mla_decode":
-            raise ValueError(f"{where}.family='gqa_decode': the sm90 backend's GQA kernels have not landed; "
-                             "use backend 'sm80' (it runs on sm_90)")
+        if self.is_gqa:
+            self._validate_gqa(where)
+            return
         if not self.converts_in_math and self.num_kv_stages < 2:
             raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: a 16-bit KV ring needs 2 to 4 stages "
                              "(1 is for fp8 KV with fp8_staging='fp8_ring', whose fp8 tiles are converted into a "
@@ -177,26 +201,58 @@ class Sm90DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
 
+    def _validate_gqa(self, where: str) -> None:
+        """The GQA kernel's limits: 16-bit KV, tiles of 64 keys, at most 128 query rows, the lockstep-free
+        single schedule (no MLA schedule fields), a ring that fits shared memory."""
+        if self.is_fp8:
+            raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: the sm90 GQA kernel takes 16-bit caches; fp8 "
+                             "GQA runs on backend 'sm80' (it runs on sm_90)")
+        if self.block_n != GQA_BLOCK_N:
+            raise ValueError(f"{where}.block_n={self.block_n}: the sm90 GQA kernel takes tiles of {GQA_BLOCK_N} "
+                             "keys (wgmma N of its QK product)")
+        mla_only = {"schedule": ("lockstep", self.schedule), "qk_chains": (1, self.qk_chains),
+                    "merge_in_kernel": (False, self.merge_in_kernel), "partials_16bit": (False, self.partials_16bit),
+                    "l2_prefetch_tiles": (0, self.l2_prefetch_tiles), "seesaw_b_first": (False, self.seesaw_b_first)}
+        for name, (allowed, got) in mla_only.items():
+            if got != allowed:
+                raise ValueError(f"{where}.{name}={got!r}: the sm90 GQA kernel has one schedule and merges split "
+                                 f"sequences in the combine kernel; {name} must be {allowed!r} for gqa_decode")
+        problems = self.gqa.problems()
+        if problems:
+            raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages} / heads_per_cta={self.heads_per_cta} / "
+                             f"max_s_q={self.max_s_q}: {'; '.join(problems)}")
+        if 2 * self.gqa.boxes_per_tile * self.gqa.chunks * self.gqa.box_bytes > MAX_TX_BYTES:
+            raise ValueError(f"{where}.head_dim_qk={self.head_dim_qk}: a stage's bytes exceed the mbarrier's "
+                             f"transaction count ({MAX_TX_BYTES})")
+
     # ---- derived -----------------------------------------------------------------------------
     @property
     def num_consumer_warps(self) -> int:
-        return 4 * MATH_WARPGROUPS
+        return 4 * (self.gqa.math_warpgroups if self.is_gqa else MATH_WARPGROUPS)
 
     @property
     def q_rows(self) -> int:
-        return WGMMA_M
+        return self.gqa.q_rows if self.is_gqa else WGMMA_M
 
     @property
     def threads(self) -> int:
-        return 128 * (1 + MATH_WARPGROUPS)
+        return self.gqa.threads if self.is_gqa else 128 * (1 + MATH_WARPGROUPS)
 
     @property
     def math_threads(self) -> int:
-        return 128 * MATH_WARPGROUPS
+        return self.gqa.math_threads if self.is_gqa else 128 * MATH_WARPGROUPS
 
     @property
     def acc_regs_per_thread(self) -> int:
+        if self.is_gqa:
+            return self.gqa.acc_regs
         return WGMMA_M * self.head_dim_v // self.math_threads
+
+    @property
+    def ctas_per_sm(self) -> int:
+        """GQA: the tiling's (two where a one-warpgroup CTA leaves room, for the register split it is built
+        with); MLA: by shared memory (one)."""
+        return self.gqa.ctas_per_sm if self.is_gqa else super().ctas_per_sm
 
     @property
     def keys_per_warpgroup(self) -> int:
@@ -331,6 +387,10 @@ class Sm90DecodeConfig(DecodeConfig):
         return paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.box_rows, per_kv_head=False)
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
+        if self.is_gqa:  # K and V caches seen as [num_pages][page_size][num_kv_heads * head_dim]
+            geometry = paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.gqa.box_rows,
+                                          per_kv_head=True)
+            return (("k_map", "k_cache", geometry), ("v_map", "v_cache", geometry))
         return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 or self.converts_in_slot else ()
 
     @property
@@ -394,22 +454,28 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def register_budget(self) -> int:
         """producer_regs + 2 x math_regs may not exceed this (setmaxnreg within the launch's registers)."""
-        return register_budget()
+        return self.gqa.register_budget if self.is_gqa else register_budget()
 
     @property
     def producer_regs(self) -> int:
+        if self.is_gqa:
+            return self.gqa.producer_regs
         if self.converts_in_slot:
             return FP8_SLOT_PRODUCER_REGS
         return FP8_PRODUCER_REGS if self.converts_in_producer else PRODUCER_REGS
 
     @property
     def math_regs(self) -> int:
+        if self.is_gqa:
+            return self.gqa.math_regs
         if self.converts_in_slot:
             return FP8_SLOT_MATH_REGS
         return FP8_MATH_REGS if self.converts_in_producer else MATH_REGS
 
     @cached_property
     def layout(self) -> SmemLayout:
+        if self.is_gqa:
+            return self._gqa_layout()
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
@@ -435,6 +501,16 @@ class Sm90DecodeConfig(DecodeConfig):
         b.overlay("epilogue", "q", self.epilogue_bytes)
         return b.build(aliases=(("epilogue", "q"), ("epilogue", "kv_stages")))
 
+    def _gqa_layout(self) -> SmemLayout:
+        """Q (a 64-row block per math warpgroup), the ring of K-then-V stages, its barriers, the base's slack."""
+        t = self.gqa
+        b = SmemLayoutBuilder()
+        b.add("q", t.math_warpgroups * t.q_block_bytes, align=SWIZZLE_ATOM_BYTES)
+        b.add("kv_stages", t.stages * t.stage_bytes, align=SWIZZLE_ATOM_BYTES)
+        b.add("barriers", 2 * t.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
+        return b.build()
+
     @property
     def epilogue_out_row_bytes(self) -> int:
         """The epilogue stages each output row (head_dim_v 16-bit values) at this stride: 16 B of padding put
@@ -457,6 +533,8 @@ class Sm90DecodeConfig(DecodeConfig):
         return self.epilogue_weights_offset + WGMMA_M * self.merged_splits * 4
 
     def backend_name_fields(self) -> list[str]:
+        if self.is_gqa:
+            return [f"s{self.num_kv_stages}", f"wg{1 + self.gqa.math_warpgroups}"] + (["ef"] if self.l2_evict_first else [])
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["bf"] if self.seesaw_b_first else [])
                 + (["f8reg"] if self.converts_in_producer else [])

@@ -11,6 +11,7 @@ from functools import lru_cache
 from . import policy
 from .decode import MLA_DIMS, DecodeConfig
 from .errors import ConfigError, build
+from .sm90_gqa import GQA_BLOCK_N, SM90_GQA_MIN_ROWS, Sm90GqaTiling
 
 MAX_CONSUMER_WARPS = 8
 
@@ -315,12 +316,37 @@ def combine_pdl(config: DecodeConfig) -> bool:
 SM90_MLA_MIN_ROWS = 17
 
 
-def preferred_backend(family: str, arch: str, heads: int, s_q: int) -> str:
+def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = False) -> str:
     """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
-    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike), sm80 otherwise."""
-    if family == "mla_decode" and arch == "sm_90" and heads * s_q >= SM90_MLA_MIN_ROWS:
+    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) and for 16-bit GQA
+    on sm_90 with at least sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q), sm80 otherwise."""
+    if arch != "sm_90":
+        return "sm80"
+    if family == "mla_decode" and heads * s_q >= SM90_MLA_MIN_ROWS:
+        return "sm90"
+    if family == "gqa_decode" and not fp8 and heads * s_q >= SM90_GQA_MIN_ROWS:
         return "sm90"
     return "sm80"
+
+
+SM90_GQA_STAGES = (4, 3, 2)  # ring depths tried, deepest first, at two CTAs per SM where the tiling allows
+
+
+def sm90_gqa_choice(dtype: str, page_size: int, group: int, head_dim: int, s_q: int) -> DecodeConfig:
+    """The sm90 GQA config: the KV head's group x s_q query rows (one math warpgroup per 64), tiles of 64
+    keys, the deepest ring that keeps the tiling's CTAs per SM (two for one math warpgroup where two fit,
+    codegen/sm90_gqa.py), else the deepest that fits."""
+    fields = dict(family="gqa_decode", backend="sm90", arch="sm_90a", head_dim_qk=head_dim, head_dim_v=head_dim,
+                  heads_per_cta=group, page_size=page_size, block_n=GQA_BLOCK_N, q_dtype=dtype, kv_dtype=dtype,
+                  max_s_q=s_q)
+    fitting = []
+    for stages in SM90_GQA_STAGES:
+        tiling = Sm90GqaTiling(head_dim=head_dim, rows=group * s_q, page_size=page_size, stages=stages)
+        if not tiling.problems():
+            fitting.append((tiling.ctas_per_sm, stages))
+    if not fitting:
+        return build(DecodeConfig, {**fields, "num_kv_stages": SM90_GQA_STAGES[-1]})  # raises, naming the field
+    return build(DecodeConfig, {**fields, "num_kv_stages": max(fitting)[1]})
 
 
 SM90_FP8_STAGES = (2, 1)  # ring depths tried, deepest first (fp8_staging='fp8_ring': the 16-bit tile, Q and
@@ -537,11 +563,15 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
-    choice = backend or preferred_backend(family, arch, heads, s_q)
+    choice = backend or preferred_backend(family, arch, heads, s_q, fp8=kv is not None)
     if choice == "sm90":
-        if arch != "sm_90" or family != "mla_decode":
-            raise ConfigError(f"backend='sm90': runs {family} on sm_90 devices only when its kernels exist "
-                              f"(mla_decode); this is {family} on {arch}")
+        if arch != "sm_90":
+            raise ConfigError(f"backend='sm90': runs on sm_90 devices only; this is {family} on {arch}")
+        if family == "gqa_decode":
+            if kv is not None:
+                raise ConfigError("backend='sm90': the sm90 GQA kernel takes 16-bit caches; fp8 GQA runs on "
+                                  "backend 'sm80'")
+            return sm90_gqa_choice(dtype, page_size, heads, head_dim, s_q)
         return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")

@@ -72,6 +72,8 @@ class Variant:
     def template(self) -> str:
         if isinstance(self.config, PipelineSelfTestConfig):
             return "cuda/pipeline_selftest.cu.j2"
+        if self.backend == "sm90" and self.family == "gqa_decode":
+            return "cuda/decode_sm90_gqa.cu.j2"  # its own kernel (codegen/sm90_gqa.py)
         return f"{self.language}/decode_{self.backend}.{'hip' if self.language == 'hip' else 'cu'}.j2"
 
     @property

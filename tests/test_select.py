@@ -91,8 +91,8 @@ def test_backend_sm80_forces_sm80_for_mla_on_sm_90():
 def test_backend_sm90_where_it_has_no_kernels_and_unknown_backends_are_rejected():
     from kvforge.codegen.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"backend='sm90'.*gqa_decode on sm_90"):
-        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=8, head_dim=128, s_q=1, backend="sm90")
+    with pytest.raises(ConfigError, match=r"backend='sm90'.*gqa_decode on sm_80"):
+        select_decode_config("gqa_decode", "sm_80", "bf16", 16, heads=8, head_dim=128, s_q=1, backend="sm90")
     with pytest.raises(ConfigError, match=r"backend='sm90'.*mla_decode on sm_80"):
         select_decode_config("mla_decode", "sm_80", "bf16", 64, heads=128, head_dim=576, s_q=1, backend="sm90")
     with pytest.raises(ConfigError, match=r"backend='sm100'.*'sm80' or 'sm90'"):
@@ -171,7 +171,8 @@ def test_fp8_gqa_takes_six_convert_warps_but_four_at_d256(d, convert):
 def test_fp8_is_refused_where_it_cannot_run():
     from kvforge.codegen.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"backend='sm90': runs gqa_decode on sm_90 devices only when"):
+    with pytest.raises(ConfigError, match=r"backend='sm90': the sm90 GQA kernel takes 16-bit caches; fp8 GQA runs "
+                                          r"on backend 'sm80'"):
         select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1, backend="sm90",
                              scale_mode="per_tensor")
     with pytest.raises(ConfigError, match=r"arch='sm_86': fp8_e4m3 KV is converted with the hardware e4m3"):
@@ -497,3 +498,26 @@ def test_a_plan_object_loads_exactly_the_plan_choices(monkeypatch, heads, s_q, f
     assert loaded == plan_choices("mla_decode", "sm_90", 132, "bf16", 64, num_q_heads=heads, num_kv_heads=1,
                                   head_dim=576, s_q=s_q, max_batch=300,
                                   scale_mode=fp8 or "none") == list(dec._plans)
+
+
+@pytest.mark.parametrize("group,s_q,d,backend", [(4, 1, 128, "sm80"), (16, 1, 128, "sm80"), (4, 8, 128, "sm90"),
+                                                (16, 4, 64, "sm90"), (8, 8, 256, "sm90"), (16, 8, 128, "sm90")])
+def test_gqa_on_sm_90_takes_the_wgmma_kernel_from_32_rows_per_kv_head(group, s_q, d, backend):
+    """sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q) and more run the sm90 GQA kernel (bench/
+    gqa_rows.py); fewer, and fp8 caches, the sm80 kernel; its ring is the deepest that keeps its CTAs per SM."""
+    from kvforge.codegen.sm90_gqa import SM90_GQA_MIN_ROWS
+
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q)
+    assert cfg.backend == backend and (group * s_q >= SM90_GQA_MIN_ROWS) == (backend == "sm90")
+    if backend == "sm90":
+        assert cfg.arch == "sm_90a" and cfg.q_rows == 64 * -(-group * s_q // 64)
+        assert cfg.layout.total_bytes <= 232448
+        deeper = cfg.num_kv_stages + 1
+        if deeper <= 4:  # one more stage would lose a CTA per SM or not fit
+            from kvforge.codegen.sm90_gqa import Sm90GqaTiling
+
+            t = Sm90GqaTiling(head_dim=d, rows=group * s_q, page_size=16, stages=deeper)
+            assert t.problems() or t.ctas_per_sm < cfg.ctas_per_sm
+    fp8 = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
+                               scale_mode="per_tensor")
+    assert fp8.backend == "sm80"
