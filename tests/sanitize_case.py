@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|fp8_gqa_tma|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -57,6 +57,21 @@ def gqa_tma_case():
                          lens=lens, seed=d)
         out, _ = kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=s_q > 1,
                                     config=build(DecodeConfig, data))
+        torch.cuda.synchronize()
+        assert not bool(torch.isnan(out).any())
+
+
+def gqa_sm90_case():
+    """GQA on the sm90 wgmma kernel: a 2-slot ring, one math warpgroup (32 rows) on 16-row pages with a split
+    sequence and partial last tiles, then two math warpgroups (128 rows, D 64) on 128-row pages (half-page boxes),
+    both causal."""
+    for page_size, group, d, s_q, lens in ((16, 4, 128, 8, [1500, 40, 8]), (128, 16, 64, 8, [700, 9])):
+        cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d,
+                                   s_q=s_q, backend="sm90")
+        cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "num_kv_stages": 2})
+        case = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=2 * group, hkv=2, d=d, page_size=page_size,
+                         lens=lens, seed=d)
+        out, _ = kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, causal=True, config=cfg)
         torch.cuda.synchronize()
         assert not bool(torch.isnan(out).any())
 
@@ -230,6 +245,8 @@ elif what.startswith("mla_decode_sm90_"):
     sm90_case(schedule=what.removeprefix("mla_decode_sm90_"))
 elif what == "gqa_decode_tma":
     gqa_tma_case()
+elif what == "gqa_decode_sm90":
+    gqa_sm90_case()
 elif what == "poisoned_mla_decode_sm90":
     poisoned_case("mla_decode", heads=64)
 elif what.startswith("poisoned_"):

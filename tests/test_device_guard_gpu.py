@@ -34,21 +34,22 @@ def _run(family, case, **kw):
     return kvforge.gqa_decode(case.q, case.k, case.v, case.block_table, case.seqlens, **kw)
 
 
-CASES = [  # family, heads, hkv, d, page size, lengths (the long ones split)
-    ("mla_decode", 16, 1, 576, 64, [700, 40, 3000, 1]),
-    ("gqa_decode", 8, 2, 128, 16, [700, 40, 5000, 1]),
+CASES = [  # family, heads, hkv, d, page size, lengths (the long ones split), s_q
+    ("mla_decode", 16, 1, 576, 64, [700, 40, 3000, 1], 1),
+    ("gqa_decode", 8, 2, 128, 16, [700, 40, 5000, 1], 1),
+    ("gqa_decode", 32, 2, 128, 16, [700, 40, 5000, 4], 4),  # 64 rows per KV head: the sm90 wgmma kernel on sm_90
 ]
 
 
-@pytest.mark.parametrize("family,hq,hkv,d,page,lens", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("family,hq,hkv,d,page,lens,s_q", CASES, ids=["mla_decode", "gqa_decode", "gqa_decode_64rows"])
 @pytest.mark.parametrize("poison", ["page_id", "negative_page", "length_over_capacity", "negative_length"])
-def test_a_poisoned_sequence_gets_nan_rows_and_an_error_record(family, hq, hkv, d, page, lens, poison):
+def test_a_poisoned_sequence_gets_nan_rows_and_an_error_record(family, hq, hkv, d, page, lens, s_q, poison):
     import torch
 
     import kvforge
 
     kvforge.check_errors()  # start clean
-    case = make_case(family, batch=len(lens), s_q=1, hq=hq, hkv=hkv, d=d, page_size=page, lens=lens, seed=7)
+    case = make_case(family, batch=len(lens), s_q=s_q, hq=hq, hkv=hkv, d=d, page_size=page, lens=lens, seed=7)
     bad_b = 2  # the long sequence: split on the device
     if poison == "page_id":
         case.block_table[bad_b, 3] = case.k.shape[0] + 5
