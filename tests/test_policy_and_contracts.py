@@ -117,8 +117,12 @@ def test_rendered_kernels_match_their_contracts(variant):
             ctype, name = p.rsplit(" ", 1)  # "const __grid_constant__ kvforge::sm90::TensorMap kv_map"
             parsed.append((name, ctype.replace(" __restrict__", "").strip()))
         assert parsed == [(a.name, a.ctype) for a in k.args]
-        if variant.backend == "sm90" and k.role == "main" and not variant.config.is_fp8:  # the TMA map, last
-            assert parsed[-1] == ("kv_map", TENSOR_MAP_CTYPE) and k.args[-1].scalar_kind == "tmap"
+        if variant.backend == "sm90" and k.role == "main" and not variant.config.is_fp8:  # the TMA map(s), last
+            if variant.family == "gqa_decode":  # K's and V's
+                assert parsed[-2:] == [("k_map", TENSOR_MAP_CTYPE), ("v_map", TENSOR_MAP_CTYPE)]
+                assert k.args[-2].scalar_kind == k.args[-1].scalar_kind == "tmap"
+            else:
+                assert parsed[-1] == ("kv_map", TENSOR_MAP_CTYPE) and k.args[-1].scalar_kind == "tmap"
         bound = (m.group(1) or m.group(2)).split(",")[0].strip()
         threads = int(bound) if bound.isdigit() else consts.get(bound)
         if threads is None and bound in ("kThreads",):
@@ -148,8 +152,11 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
     assert declared == {k.symbol: [a.ctype for a in k.args] for v in variants for k in v.kernels}
     # sm90: a map over the cache (16-bit, or fp8 bytes for fp8_staging='slot'; the other fp8 stagings load
     # without one)
-    sm90 = [v for v in variants if v.backend == "sm90" and (not v.config.is_fp8 or v.config.converts_in_slot)]
-    tma = [v for v in variants if getattr(v.config, "kv_load", "") == "tma"]  # GQA: k_map and v_map
+    sm90 = [v for v in variants if v.backend == "sm90" and v.family == "mla_decode"
+            and (not v.config.is_fp8 or v.config.converts_in_slot)]
+    # GQA (the sm80 kernel with kv_load='tma', and the sm90 GQA kernel): k_map and v_map
+    tma = [v for v in variants if getattr(v.config, "kv_load", "") == "tma"
+           or (v.backend == "sm90" and v.family == "gqa_decode")]
     assert ('#include "kvforge/sm90_tile.cuh"' in text) == bool(sm90 or tma)
     assert ("cudaGetDriverEntryPointByVersion" in text) == bool(sm90 or tma)
     for v in variants:
