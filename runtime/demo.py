@@ -98,7 +98,9 @@ def _decode_demo(console) -> int:
     g = torch.Generator(device="cuda").manual_seed(1)
     for family, b, s_q, hq, hkv, d, ps, n in (("mla_decode", 16, 1, 128, 1, 576, 64, 2048),
                                                ("mla_decode", 4, 2, 16, 1, 576, 64, 1500),
-                                               ("gqa_decode", 16, 1, 32, 8, 128, 16, 4096)):
+                                               ("gqa_decode", 16, 1, 32, 8, 128, 16, 4096),
+                                               # 32 query rows per KV head: the sm90 wgmma GQA kernel on sm_90
+                                               ("gqa_decode", 16, 4, 64, 8, 128, 16, 4096)):
         pages = b * math.ceil(n / ps)
         shape = (pages, ps, d) if family == "mla_decode" else (pages, ps, hkv, d)
         k = torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -109,7 +111,7 @@ def _decode_demo(console) -> int:
         if family == "mla_decode":
             run = lambda: kvforge.mla_decode(q, k, bt, lens, causal=s_q > 1, check_inputs=False)  # noqa: E731
         else:
-            run = lambda: kvforge.gqa_decode(q, k, v, bt, lens, check_inputs=False)  # noqa: E731
+            run = lambda: kvforge.gqa_decode(q, k, v, bt, lens, causal=s_q > 1, check_inputs=False)  # noqa: E731
         out, _ = run()
         torch.cuda.synchronize()
         kc = k.double().cpu().numpy()
