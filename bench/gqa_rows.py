@@ -55,6 +55,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="fewer replays per round")
     ap.add_argument("--fa3", action="store_true", help="also FlashInfer's fa3 backend")
+    ap.add_argument("--fp8", action="store_true", help="kvforge on per-tensor fp8 copies of the caches (kvforge."
+                    "quantize_kv; 'of ceiling' then counts the fp8 bytes), FlashInfer on the 16-bit ones; rel. L2 "
+                    "against the 16-bit reference, so it includes the quantization error")
     args = ap.parse_args()
     ceil = ceilings()["read"]
     peers = ("fa2", "fa3") if args.fa3 else ("fa2",)
@@ -66,11 +69,12 @@ def main() -> int:
         sh = Shape("gqa_decode", b, s_k, hq, hkv, d, s_q=s_q, page=page)
         copies = kv_copies(sh.bytes())
         q, kv, bt, lens = make_inputs(sh, copies)
-        pinned = {name: pinned_config(sh, name) for name in ("sm80", "sm90")}
-        calls = {"ours": [lambda i=i: kvforge_call(sh, q, kv[i], bt, lens) for i in range(copies)]}
+        mine = [fp8_caches(k, v) for k, v in kv] if args.fp8 else kv
+        pinned = {name: pinned_config(sh, name, args.fp8) for name in ("sm80", "sm90")}
+        calls = {"ours": [lambda i=i: kvforge_call(sh, q, mine[i], bt, lens) for i in range(copies)]}
         for name, cfg in pinned.items():
             if cfg is not None:
-                calls[name] = [lambda i=i, c=cfg: kvforge_call(sh, q, kv[i], bt, lens, c) for i in range(copies)]
+                calls[name] = [lambda i=i, c=cfg: kvforge_call(sh, q, mine[i], bt, lens, c) for i in range(copies)]
         errs = {}
         for backend in peers:
             try:
@@ -87,14 +91,14 @@ def main() -> int:
         del ref
         t = interleaved_ms(calls, 5 if args.quick else 20, args.rounds)
         ours = t["ours"]
-        gbs = sh.bytes() / ours / 1e6
+        gbs = (sh.bytes() - (sh.b * 2 * sh.s_k * sh.hkv * sh.d if args.fp8 else 0)) / ours / 1e6
         fa2, fa3 = t.get("fa2", math.nan), t.get("fa3", math.nan)
         sm80, sm90 = t.get("sm80", math.nan), t.get("sm90", math.nan)
-        builtin = select_config("gqa_decode", "bf16", page, hq // hkv, d, s_q, 0).backend
+        builtin = select_config("gqa_decode", "bf16", page, hq // hkv, d, s_q, 0, kv=mine[0][2] if args.fp8 else None).backend
         print(f"| {sh.label} s_q={s_q} page={page} | {hq // hkv * s_q} | {builtin} | {ours:.4f} | {gbs / ceil:.0%} | "
               f"{sm80:.4f} | {sm90:.4f} | {sm80 / sm90:.2f}x | {fa2:.4f} | {fa2 / ours:.2f}x | {fa3:.4f} | "
               f"{fa3 / ours:.2f}x | {errs['ours']:.1e} | {errs.get('sm90', math.nan):.1e} |", flush=True)
-        del q, kv, calls
+        del q, kv, mine, calls
         torch.cuda.empty_cache()
     return 0
 
@@ -102,18 +106,30 @@ def main() -> int:
 def kvforge_call(sh, q, kv, bt, lens, config=None):
     import kvforge
 
-    return kvforge.gqa_decode(q, kv[0], kv[1], bt, lens, causal=sh.s_q > 1, config=config)[0]
+    scales = {"k_scale": kv[3], "v_scale": kv[4]} if len(kv) > 2 else {}
+    return kvforge.gqa_decode(q, kv[0], kv[1], bt, lens, causal=sh.s_q > 1, config=config, **scales)[0]
 
 
-def pinned_config(sh, backend: str):
-    """The backend's own choice for the shape (None where it has no kernel for it)."""
+def fp8_caches(k, v):
+    """Per-tensor fp8 copies of the K and V caches: (k8, v8, their KVFormat, k_scale, v_scale)."""
+    import kvforge
+    from kvforge.runtime.kv_format import KVFormat
+
+    k8, ks = kvforge.quantize_kv(k, "per_tensor")
+    v8, vs = kvforge.quantize_kv(v, "per_tensor")
+    return k8, v8, KVFormat("fp8_e4m3", "per_tensor", None), ks, vs
+
+
+def pinned_config(sh, backend: str, fp8: bool = False):
+    """The backend's own choice for the shape (None where it has no kernel for it); fp8: per-tensor."""
     from kvforge.codegen.errors import ConfigError
     from kvforge.codegen.select import select_decode_config
     from kvforge.runtime.device import device_arch
 
     try:
         return select_decode_config("gqa_decode", device_arch(0), "bf16", sh.page, heads=sh.hq // sh.hkv,
-                                    head_dim=sh.d, s_q=sh.s_q, backend=backend)
+                                    head_dim=sh.d, s_q=sh.s_q, backend=backend,
+                                    scale_mode="per_tensor" if fp8 else "none")
     except ConfigError as e:
         print(f"{sh.label} s_q={sh.s_q}: no {backend} variant: {e}", file=sys.stderr)
         return None

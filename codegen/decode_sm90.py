@@ -148,7 +148,7 @@ class Sm90DecodeConfig(DecodeConfig):
     def gqa(self) -> Sm90GqaTiling:
         """The GQA kernel's tiling (family 'gqa_decode' only)."""
         return Sm90GqaTiling(head_dim=self.head_dim_qk, rows=self.heads_per_cta * self.max_s_q,
-                             page_size=self.page_size, stages=self.num_kv_stages, arch=self.arch)
+                             page_size=self.page_size, stages=self.num_kv_stages, arch=self.arch, fp8=self.is_fp8)
 
     @classmethod
     def foreign_hint(cls, name: str) -> str:
@@ -204,9 +204,12 @@ class Sm90DecodeConfig(DecodeConfig):
     def _validate_gqa(self, where: str) -> None:
         """The GQA kernel's limits: 16-bit KV, tiles of 64 keys, at most 128 query rows, the lockstep-free
         single schedule (no MLA schedule fields), a ring that fits shared memory."""
-        if self.is_fp8:
-            raise ValueError(f"{where}.kv_dtype={self.kv_dtype!r}: the sm90 GQA kernel takes 16-bit caches; fp8 "
-                             "GQA runs on backend 'sm80' (it runs on sm_90)")
+        if self.is_fp8 and self.fp8_staging != "registers":
+            raise ValueError(f"{where}.fp8_staging={self.fp8_staging!r}: the sm90 GQA kernel stages fp8 tiles in "
+                             "the producer warpgroup's registers: 'registers'")
+        if self.l2_evict_first and self.is_fp8:
+            raise ValueError(f"{where}.l2_evict_first=True: for 16-bit KV only (its TMA loads carry the hint); "
+                             "remove it")
         if self.block_n != GQA_BLOCK_N:
             raise ValueError(f"{where}.block_n={self.block_n}: the sm90 GQA kernel takes tiles of {GQA_BLOCK_N} "
                              "keys (wgmma N of its QK product)")
@@ -387,6 +390,8 @@ class Sm90DecodeConfig(DecodeConfig):
         return paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.box_rows, per_kv_head=False)
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
+        if self.is_gqa and self.is_fp8:  # the producers load fp8 rows themselves
+            return ()
         if self.is_gqa:  # K and V caches seen as [num_pages][page_size][num_kv_heads * head_dim]
             geometry = paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.gqa.box_rows,
                                           per_kv_head=True)
@@ -508,6 +513,7 @@ class Sm90DecodeConfig(DecodeConfig):
         b.add("q", t.math_warpgroups * t.q_block_bytes, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", t.stages * t.stage_bytes, align=SWIZZLE_ATOM_BYTES)
         b.add("barriers", 2 * t.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        b.add("scratch", 16, align=16)  # per-tensor fp8: q_to_fp16's shared word
         b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
         return b.build()
 

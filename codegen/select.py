@@ -319,7 +319,9 @@ SM90_MLA_MIN_ROWS = 17
 def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = False) -> str:
     """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
     MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) and for 16-bit GQA
-    on sm_90 with at least sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q), sm80 otherwise."""
+    on sm_90 with at least sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q), sm80 otherwise. fp8
+    GQA stays on sm80 here: the sm90 GQA kernel's fp8 path (producers dequantizing into the 16-bit ring) is pinned
+    by config= or backend='sm90' only until its GPU tests have run (bench/RESULTS.md, twenty-ninth session)."""
     if arch != "sm_90":
         return "sm80"
     if family == "mla_decode" and heads * s_q >= SM90_MLA_MIN_ROWS:
@@ -332,16 +334,19 @@ def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = 
 SM90_GQA_STAGES = (4, 3, 2)  # ring depths tried, deepest first, at two CTAs per SM where the tiling allows
 
 
-def sm90_gqa_choice(dtype: str, page_size: int, group: int, head_dim: int, s_q: int) -> DecodeConfig:
+def sm90_gqa_choice(dtype: str, page_size: int, group: int, head_dim: int, s_q: int,
+                    kv: dict | None = None) -> DecodeConfig:
     """The sm90 GQA config: the KV head's group x s_q query rows (one math warpgroup per 64), tiles of 64
     keys, the deepest ring that keeps the tiling's CTAs per SM (two for one math warpgroup where two fit,
     codegen/sm90_gqa.py), else the deepest that fits."""
     fields = dict(family="gqa_decode", backend="sm90", arch="sm_90a", head_dim_qk=head_dim, head_dim_v=head_dim,
                   heads_per_cta=group, page_size=page_size, block_n=GQA_BLOCK_N, q_dtype=dtype, kv_dtype=dtype,
                   max_s_q=s_q)
+    fields.update(kv or {})
     fitting = []
     for stages in SM90_GQA_STAGES:
-        tiling = Sm90GqaTiling(head_dim=head_dim, rows=group * s_q, page_size=page_size, stages=stages)
+        tiling = Sm90GqaTiling(head_dim=head_dim, rows=group * s_q, page_size=page_size, stages=stages,
+                               fp8=kv is not None)
         if not tiling.problems():
             fitting.append((tiling.ctas_per_sm, stages))
     if not fitting:
@@ -568,11 +573,14 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
         if arch != "sm_90":
             raise ConfigError(f"backend='sm90': runs on sm_90 devices only; this is {family} on {arch}")
         if family == "gqa_decode":
-            if kv is not None:
-                raise ConfigError("backend='sm90': the sm90 GQA kernel takes 16-bit caches; fp8 GQA runs on "
-                                  "backend 'sm80'")
-            return sm90_gqa_choice(dtype, page_size, heads, head_dim, s_q)
-        return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
+            try:
+                return sm90_gqa_choice(dtype, page_size, heads, head_dim, s_q, kv)
+            except ConfigError:
+                if backend is not None:
+                    raise
+                choice = "sm80"  # no sm90 GQA tiling holds this shape (fp8 at D = 256 with 65+ rows): the sm80 kernel
+        else:
+            return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
     if choice != "sm80":
         raise ConfigError(f"backend={choice!r}: choose 'sm80' or 'sm90'")
     if family == "mla_decode":

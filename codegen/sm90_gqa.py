@@ -23,6 +23,9 @@ CHUNK_BYTES = GQA_BLOCK_N * 128  # one 64-column chunk of a 64-row tile
 REGISTER_FILE = 65536
 REG_UNIT = 8
 PRODUCER_REGS = 40      # setmaxnreg: the producer warpgroup (one thread issues the TMA loads)
+# fp8 KV: every producer thread holds its share of the next K and V tiles (2 rows x 16 bytes per 64-column chunk
+# each, and their block scales) while it waits for a free slot
+FP8_PRODUCER_REGS = {64: 72, 128: 88, 256: 120}
 ALIGN_SLACK = 1024 - 16  # the kernel rounds its dynamic shared-memory base up to 1024 B
 # Rows (group x s_q) from which the built-in choice on sm_90 takes this kernel over the sm80 one
 # (bench/gqa_rows.py measures both; bench/RESULTS.md "GQA on the sm90 backend").
@@ -43,6 +46,7 @@ class Sm90GqaTiling:
     page_size: int
     stages: int      # KV tiles (K and V) in the ring
     arch: str = "sm_90a"
+    fp8: bool = False  # fp8 caches: the producer warpgroup loads, dequantizes and stores the tiles
 
     @property
     def math_warpgroups(self) -> int:
@@ -96,7 +100,7 @@ class Sm90GqaTiling:
     @property
     def smem_bytes(self) -> int:
         return (self.math_warpgroups * self.q_block_bytes + self.stages * self.stage_bytes
-                + 2 * self.stages * 8 + ALIGN_SLACK)
+                + 2 * self.stages * 8 + 16 + ALIGN_SLACK)
 
     @property
     def ctas_per_sm(self) -> int:
@@ -115,12 +119,18 @@ class Sm90GqaTiling:
 
     @property
     def producer_regs(self) -> int:
-        return PRODUCER_REGS
+        return FP8_PRODUCER_REGS[self.head_dim] if self.fp8 else PRODUCER_REGS
+
+    @property
+    def producer_rows(self) -> int:
+        """fp8: tile rows each producer thread converts (warp w takes 8-row blocks w and w + 4, a lane one row of
+        each and a 16-column group of every 64-column chunk)."""
+        return GQA_BLOCK_N // 32
 
     @property
     def math_regs(self) -> int:
         """Each math warpgroup's registers after setmaxnreg: the rest of the budget, at most 240."""
-        return min(240, (self.register_budget - PRODUCER_REGS) // self.math_warpgroups // REG_UNIT * REG_UNIT)
+        return min(240, (self.register_budget - self.producer_regs) // self.math_warpgroups // REG_UNIT * REG_UNIT)
 
     @property
     def acc_regs(self) -> int:

@@ -658,3 +658,31 @@ def test_mla_fp8_sm90_merge_in_kernel(staging, layout, block, batch):
         out, lse = _poisoned(c, "mla_decode")
         _run("mla_decode", c, out=out, lse=lse, config=cfg)
         _check("mla_decode", c, out, lse, causal=False)
+
+
+@pytest.mark.parametrize("layout,block,d,page_size,group,s_q,dtype,scale_as", [
+    ("per_tensor", None, 128, 16, 4, 8, "bf16", "tensor"), ("per_tensor", None, 128, 64, 16, 8, "fp16", "float"),
+    ("per_tensor", None, 64, 128, 8, 8, "bf16", "tensor"), ("per_tensor", None, 256, 16, 8, 4, "bf16", "float"),
+    ("block", 64, 128, 16, 8, 4, "bf16", None), ("block", 128, 128, 128, 16, 8, "fp16", None),
+    ("block", 32, 64, 32, 16, 4, "bf16", None), ("block", 128, 256, 64, 4, 8, "bf16", None)])
+def test_gqa_fp8_on_the_sm90_kernel(layout, block, d, page_size, group, s_q, dtype, scale_as):
+    """fp8 GQA on the sm90 wgmma kernel (the producer warpgroup loads each fp8 K and V tile into registers,
+    dequantizes and stores it into the 16-bit ring): one and two math warpgroups, per-tensor (a float or a
+    device scale; bf16 q converted to fp16 for fp16 wgmma) and block scales, lengths 0 (or s_q) and 1, a
+    tile-aligned length, a split long sequence, ragged ones; fp8 NaN in every unused cache byte."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this device is {device_arch(0)}")
+    cfg = select_decode_config("gqa_decode", device_arch(0), dtype, page_size, heads=group, head_dim=d, s_q=s_q,
+                               backend="sm90", scale_mode=layout, scale_block_size=block)
+    assert cfg.backend == "sm90" and cfg.is_fp8
+    hkv = 2
+    lens = [s_q, 1 if s_q == 1 else s_q + 1, 4 * cfg.block_n, 2500, 77 + s_q, 9000]
+    c = make_fp8_case("gqa_decode", layout, block=block, scale_as=scale_as or "tensor", batch=len(lens), s_q=s_q,
+                      hq=hkv * group, hkv=hkv, d=d, page_size=page_size, lens=lens, dtype=dtype,
+                      seed=d + group + page_size + s_q)
+    out, lse = _poisoned(c, "gqa_decode")
+    _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("gqa_decode", c, out, lse, causal=s_q > 1)

@@ -60,7 +60,8 @@ def _sm90_representatives():
 SM90 = _sm90_representatives()
 ALL_SM90 = [v for v in sorted(load_matrix(), key=lambda v: v.name) if v.family == "mla_decode" and v.backend == "sm90"]
 # every sm90 main kernel: MLA's and GQA's wgmma kernels
-SM90_MAIN = [v for v in sorted(load_matrix(), key=lambda v: v.name) if v.backend == "sm90"]
+SM90_MAIN = [v for v in sorted(load_matrix(), key=lambda v: v.name)
+             if v.family in ("mla_decode", "gqa_decode") and v.backend == "sm90"]
 
 
 def sass_functions(cubin: bytes, tmp_path: Path) -> dict[str, str]:

@@ -171,9 +171,8 @@ def test_fp8_gqa_takes_six_convert_warps_but_four_at_d256(d, convert):
 def test_fp8_is_refused_where_it_cannot_run():
     from kvforge.codegen.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"backend='sm90': the sm90 GQA kernel takes 16-bit caches; fp8 GQA runs "
-                                          r"on backend 'sm80'"):
-        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=4, head_dim=128, s_q=1, backend="sm90",
+    with pytest.raises(ConfigError, match=r"registers per math thread cannot hold 128 output accumulators"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=16, head_dim=256, s_q=8, backend="sm90",
                              scale_mode="per_tensor")
     with pytest.raises(ConfigError, match=r"arch='sm_86': fp8_e4m3 KV is converted with the hardware e4m3"):
         select_decode_config("gqa_decode", "sm_86", "bf16", 16, heads=4, head_dim=128, s_q=1,
@@ -501,10 +500,11 @@ def test_a_plan_object_loads_exactly_the_plan_choices(monkeypatch, heads, s_q, f
 
 
 @pytest.mark.parametrize("group,s_q,d,backend", [(4, 1, 128, "sm80"), (16, 1, 128, "sm80"), (4, 8, 128, "sm90"),
-                                                (16, 4, 64, "sm90"), (8, 8, 256, "sm90"), (16, 8, 128, "sm90")])
+                                                (16, 4, 64, "sm90"), (8, 8, 256, "sm90"), (16, 8, 128, "sm90"),
+                                                (16, 8, 256, "sm90")])
 def test_gqa_on_sm_90_takes_the_wgmma_kernel_from_32_rows_per_kv_head(group, s_q, d, backend):
     """sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q) and more run the sm90 GQA kernel (bench/
-    gqa_rows.py); fewer, and fp8 caches, the sm80 kernel; its ring is the deepest that keeps its CTAs per SM."""
+    gqa_rows.py); fewer the sm80 kernel; its ring is the deepest that keeps its CTAs per SM."""
     from kvforge.codegen.sm90_gqa import SM90_GQA_MIN_ROWS
 
     cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q)
@@ -520,4 +520,10 @@ def test_gqa_on_sm_90_takes_the_wgmma_kernel_from_32_rows_per_kv_head(group, s_q
             assert t.problems() or t.ctas_per_sm < cfg.ctas_per_sm
     fp8 = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
                                scale_mode="per_tensor")
+    # fp8 stays on the sm80 kernel in the built-in choice (the sm90 kernel's fp8 path is pinned only, until its GPU
+    # tests have run); pinned, it dequantizes in the producers (no tensor maps), where a tiling holds the shape
     assert fp8.backend == "sm80"
+    if not (d == 256 and group * s_q > 64):  # there the accumulators and the producers' registers do not fit
+        pinned = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
+                                      scale_mode="per_tensor", backend="sm90")
+        assert pinned.is_fp8 and pinned.converts_in_producer and not pinned.tensor_maps()

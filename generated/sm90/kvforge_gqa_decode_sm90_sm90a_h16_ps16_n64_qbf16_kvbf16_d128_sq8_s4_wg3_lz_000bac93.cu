@@ -27,6 +27,7 @@ using kvforge::u64;
 namespace wg = kvforge::sm90;
 
 constexpr bool kIsMLA = false;
+constexpr bool kFp8 = false;
 constexpr int kDqk = 128;
 constexpr int kDv = 128;
 constexpr int kBN = 64;
@@ -51,11 +52,12 @@ constexpr int kProducerRegs = 40;
 constexpr int kMathRegs = 232;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
-constexpr int kSmemBytes = 164912;
+constexpr int kSmemBytes = 164928;
 constexpr int kOffQ = 0;
 constexpr int kOffKV = 32768;
 constexpr int kOffBarriers = 163840;
 constexpr int kAlignSlack = 1008;
+constexpr int kOffScratch = 163904;  // per-tensor fp8: q_to_fp16's shared word
 constexpr int kBarMath = 1;  // named barrier over the math warpgroups
 constexpr float kLn2 = 0.6931471805599453f;
 using Ring = kvforge::KVRing<kStages, 1, 1, 256>;
@@ -66,7 +68,8 @@ static_assert(kBN == 64 && kDqk == kDv && kDqk == 64 * kChunks && kChunkBytes ==
 static_assert(kTileBytes == kChunks * kChunkBytes && kStageBytes == 2 * kTileBytes && kQBlockBytes == kTileBytes, "chunks");
 static_assert(kBoxRows * kBoxesPerTile == kBN && kBoxBytes == kBoxRows * 128, "TMA boxes");
 static_assert(kOffQ % 1024 == 0 && kOffKV % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
-static_assert(Ring::kFullArrivals == 1 && Ring::kEmptyArrivals == kMathThreads, "arrive counts");
+// full: the TMA thread's expect-tx arrival, or (fp8) every producer thread's after its stores
+static_assert(Ring::kFullArrivals == (kFp8 ? 128 : 1) && Ring::kEmptyArrivals == kMathThreads, "arrive counts");
 static_assert(kProducerRegs + kMathWGs * kMathRegs <= 504, "setmaxnreg shares the launch's registers");
 static_assert(kOffBarriers + 2 * kStages * 8 + kAlignSlack <= kSmemBytes, "layout");
 static_assert(kDv == 64 || kDv == 128 || kDv == 256, "PV's wgmma N");
@@ -398,7 +401,7 @@ __device__ __forceinline__ void zero_v_tail(unsigned char* v_tile, int valid, in
 // Epilogue: the row sums over each quad, then out/lse (one split) or the fp32 partials, from registers.
 __device__ __forceinline__ void epilogue(const float (&o)[kDv / 2], MathState& st, const RowMap& rows, const Work& w,
                                          T* out, float* lse, float* part_o, float* part_lse, int s_q, int num_q_heads,
-                                         int num_splits) {
+                                         int num_splits, float out_scale) {
   const bool direct = w.n_splits == 1;
   const long long part_seq = static_cast<long long>(w.b) * num_splits + w.split;
 #pragma unroll
@@ -407,7 +410,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kDv / 2], MathState& s
     const int r = st.qrow[h];
     if (!rows.valid(r)) continue;
     const int qi = rows.qi(r), head = rows.head(r);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = (l > 0.f ? 1.f / l : 0.f) * out_scale;  // out_scale: per-tensor fp8 V scale
     const float row_lse = l > 0.f ? st.m[h] * kLn2 + logf(l) : neg_inf();
     if (direct) {
       T* orow = out + ((static_cast<long long>(w.b) * s_q + qi) * num_q_heads + head) * kDv;
@@ -428,7 +431,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[kDv / 2], MathState& s
 
 __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem, const RowMap& rows, const Work& w,
                                           T* out, float* lse, float* part_o, float* part_lse, int s_q, int num_q_heads,
-                                          int num_splits, float scale_log2, int causal, int mt) {
+                                          int num_splits, float scale_log2, float out_scale, int causal, int mt) {
   kvforge::sm80::cp_async_wait_all();  // this thread's Q copies (issue_q)
   wg::fence_proxy_async();
   wg::named_sync(kBarMath, kMathThreads);  // every math thread's
@@ -449,12 +452,12 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     float scale_o[2];
     online_softmax(s, st, j0, scale_log2, p, scale_o);
     rescale_o(o, scale_o);
-    if (w.key_end - j0 < kBN) zero_v_tail(stage + kTileBytes, w.key_end - j0, mt);  // CTA-uniform
+    if (!kFp8 && w.key_end - j0 < kBN) zero_v_tail(stage + kTileBytes, w.key_end - j0, mt);  // CTA-uniform; fp8: stored as 0
     pv_tile(o, p, stage_addr + kTileBytes);
     pipe.release_all();
     pipe.advance();
   }
-  epilogue(o, st, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits);
+  epilogue(o, st, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, out_scale);
 }
 }  // namespace
 
@@ -491,14 +494,15 @@ kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf16_d128_sq8_s4_wg3_lz_000ba
     wg::prefetch_tensor_map(&k_map);
     wg::prefetch_tensor_map(&v_map);
   }
+  constexpr float out_scale = 1.f;
   __syncthreads();
   if (threadIdx.x < 128) {
     wg::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) producer_loop(ring, smem, &k_map, &v_map, bt_row, w, kv_head);
   } else {
     wg::setmaxnreg_inc<kMathRegs>();
-    math_loop(ring, smem, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, causal,
-              threadIdx.x - 128);
+    math_loop(ring, smem, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, out_scale,
+              causal, threadIdx.x - 128);
   }
 }
 

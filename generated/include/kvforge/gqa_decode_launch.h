@@ -1544,7 +1544,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf1
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf16_d128_sq8_s4_wg3_lz_000bac93, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           164912);
+                                           164928);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1568,7 +1568,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf1
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf16_d128_sq8_s4_wg3_lz_000bac93<<<dim3(num_kv_heads, batch, num_splits), 384, 164912, stream>>>(
+  kvforge_gqa_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvbf16_d128_sq8_s4_wg3_lz_000bac93<<<dim3(num_kv_heads, batch, num_splits), 384, 164928, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
@@ -1627,7 +1627,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq4_s2_wg2_lz_3911a14d, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           82960);
+                                           82976);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1651,7 +1651,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq4_s2_wg2_lz_3911a14d<<<dim3(num_kv_heads, batch, num_splits), 256, 82960, stream>>>(
+  kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq4_s2_wg2_lz_3911a14d<<<dim3(num_kv_heads, batch, num_splits), 256, 82976, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
@@ -1710,7 +1710,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16
   static bool smem_raised = false;
   if (!smem_raised) {
     cudaError_t err = cudaFuncSetAttribute(kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq8_s2_wg2_lz_ae4a972c, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           82960);
+                                           82976);
     if (err != cudaSuccess) return err;
     smem_raised = true;
   }
@@ -1734,7 +1734,7 @@ static inline cudaError_t kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 128;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq8_s2_wg2_lz_ae4a972c<<<dim3(num_kv_heads, batch, num_splits), 256, 82960, stream>>>(
+  kvforge_gqa_decode_sm90_sm90a_h8_ps16_n64_qbf16_kvbf16_d128_sq8_s2_wg2_lz_ae4a972c<<<dim3(num_kv_heads, batch, num_splits), 256, 82976, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_map, v_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
