@@ -543,8 +543,9 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
                          long_chunks: bool = False) -> DecodeConfig:
     """The config for these shapes on a device of `arch`. `heads` is H for MLA and Hq / Hkv for
     GQA. `backend` forces one backend ('sm80' or 'sm90'); by default `preferred_backend` picks
-    (sm90 for MLA on sm_90 with more than 16 query rows, sm80 otherwise). `scale_mode` other than
-    'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
+    (sm90 for MLA on sm_90 with more than 16 query rows and for 16-bit GQA on sm_90 with 32 or more query
+    rows per KV head, falling back to sm80 where no sm90 GQA tiling holds the shape; sm80 otherwise).
+    `scale_mode` other than 'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
     `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
     `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
     fill the ring (default: `kv_load_choice`). `splits`: chunks the launch's split plan cuts each
