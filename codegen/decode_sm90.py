@@ -480,7 +480,7 @@ class Sm90DecodeConfig(DecodeConfig):
     @cached_property
     def layout(self) -> SmemLayout:
         if self.is_gqa:
-            return self._gqa_layout()
+            return self.gqa.layout
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
@@ -505,17 +505,6 @@ class Sm90DecodeConfig(DecodeConfig):
         # the epilogue's rows (and the merge's weights) over Q and the ring, dead once every tile is consumed
         b.overlay("epilogue", "q", self.epilogue_bytes)
         return b.build(aliases=(("epilogue", "q"), ("epilogue", "kv_stages")))
-
-    def _gqa_layout(self) -> SmemLayout:
-        """Q (a 64-row block per math warpgroup), the ring of K-then-V stages, its barriers, the base's slack."""
-        t = self.gqa
-        b = SmemLayoutBuilder()
-        b.add("q", t.math_warpgroups * t.q_block_bytes, align=SWIZZLE_ATOM_BYTES)
-        b.add("kv_stages", t.stages * t.stage_bytes, align=SWIZZLE_ATOM_BYTES)
-        b.add("barriers", 2 * t.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
-        b.add("scratch", 16, align=16)  # per-tensor fp8: q_to_fp16's shared word
-        b.add("align_slack", SWIZZLE_ATOM_BYTES - 16, align=16)
-        return b.build()
 
     @property
     def epilogue_out_row_bytes(self) -> int:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .arch import arch_spec
+from .pipeline import MBARRIER_BYTES
+from .smem import SmemLayout, SmemLayoutBuilder
 
 GQA_BLOCK_N = 64        # keys per tile: wgmma N of the QK product, four k16 steps of the PV product
 WGMMA_M = 64
@@ -75,6 +77,11 @@ class Sm90GqaTiling:
         return self.chunks * WGMMA_M * 128
 
     @property
+    def chunk_bytes(self) -> int:
+        """One 64-column chunk of a K or V tile (or of a warpgroup's 64 query rows)."""
+        return CHUNK_BYTES
+
+    @property
     def tile_bytes(self) -> int:
         """A K (or V) tile: 64 keys x head_dim."""
         return self.chunks * CHUNK_BYTES
@@ -98,9 +105,20 @@ class Sm90GqaTiling:
         return self.box_rows * 128
 
     @property
+    def layout(self) -> SmemLayout:
+        """Q (a 64-row block per math warpgroup), the ring of K-then-V stages, its barriers, a scratch word
+        (per-tensor fp8: q_to_fp16's), and room to round the dynamic base up to 1024 B."""
+        b = SmemLayoutBuilder()
+        b.add("q", self.math_warpgroups * self.q_block_bytes, align=1024)
+        b.add("kv_stages", self.stages * self.stage_bytes, align=1024)
+        b.add("barriers", 2 * self.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        b.add("scratch", 16, align=16)
+        b.add("align_slack", ALIGN_SLACK, align=16)
+        return b.build()
+
+    @property
     def smem_bytes(self) -> int:
-        return (self.math_warpgroups * self.q_block_bytes + self.stages * self.stage_bytes
-                + 2 * self.stages * 8 + 16 + ALIGN_SLACK)
+        return self.layout.total_bytes
 
     @property
     def ctas_per_sm(self) -> int:

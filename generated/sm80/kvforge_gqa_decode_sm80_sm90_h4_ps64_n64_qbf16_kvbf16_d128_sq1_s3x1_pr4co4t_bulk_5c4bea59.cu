@@ -209,6 +209,20 @@ __device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
   return true;
 }
 
+// A wgmma accumulator's rows rescaled (d[4 i + e]: row 0 for e < 2, row 1 otherwise; f: the thread's two rows'
+// factors), skipped by the warps whose rows all kept their maximum (`warp_rescales`).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+
 // Row r of the CTA's query tile is (query position r / kHeadsPerCTA, head head0 + r % kHeadsPerCTA).
 struct RowMap {
   int head0, s_q, num_q_heads;

@@ -196,6 +196,20 @@ __device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
   return true;
 }
 
+// A wgmma accumulator's rows rescaled (d[4 i + e]: row 0 for e < 2, row 1 otherwise; f: the thread's two rows'
+// factors), skipped by the warps whose rows all kept their maximum (`warp_rescales`).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+
 // Row r of the CTA's query tile is (query position r / kHeadsPerCTA, head head0 + r % kHeadsPerCTA).
 struct RowMap {
   int head0, s_q, num_q_heads;
@@ -210,9 +224,7 @@ struct Work {
 };
 
 // Byte offset of 16-bit element (row, col) of a 64-row tile of swizzled 64-column chunks.
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
-}
+__device__ __forceinline__ int swizzled(int row, int col) { return wg::swizzle128<kChunkBytes>(row, col); }
 
 // ---- producer ------------------------------------------------------------------------------------
 // One thread. Tile t of keys [j0, j0 + kBN) spans kBoxesPerTile boxes (a page, or half a 128-key page);
@@ -355,16 +367,6 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], MathState& st, in
   }
 }
 
-__device__ __forceinline__ void rescale_o(float (&o)[kDv / 2], const float (&f)[2]) {
-  if (!warp_rescales(f)) return;
-#pragma unroll
-  for (int i = 0; i < kDv / 8; ++i) {
-    o[4 * i] *= f[0];
-    o[4 * i + 1] *= f[0];
-    o[4 * i + 2] *= f[1];
-    o[4 * i + 3] *= f[1];
-  }
-}
 
 // One k16 step of PV as m64nNk16 with N = kN = kDv (a template, so only that N's wgmma is instantiated).
 template <int kN>
@@ -451,7 +453,7 @@ __device__ __forceinline__ void math_loop(const Ring& ring, unsigned char* smem,
     u32 p[16];
     float scale_o[2];
     online_softmax(s, st, j0, scale_log2, p, scale_o);
-    rescale_o(o, scale_o);
+    rescale_rows(o, scale_o);
     if (!kFp8 && w.key_end - j0 < kBN) zero_v_tail(stage + kTileBytes, w.key_end - j0, mt);  // CTA-uniform; fp8: stored as 0
     pv_tile(o, p, stage_addr + kTileBytes);
     pipe.release_all();

@@ -221,6 +221,20 @@ __device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
   return true;
 }
 
+// A wgmma accumulator's rows rescaled (d[4 i + e]: row 0 for e < 2, row 1 otherwise; f: the thread's two rows'
+// factors), skipped by the warps whose rows all kept their maximum (`warp_rescales`).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+
 // Row r of the CTA's query tile is (query position r / kHeadsPerCTA, head head0 + r % kHeadsPerCTA).
 struct RowMap {
   int head0, s_q, num_q_heads;
@@ -235,9 +249,7 @@ struct Work {
 };
 
 // Byte offset of 16-bit element (row, col) in a tile of `kQRows`-or-kBN-row swizzled chunks.
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
-}
+__device__ __forceinline__ int swizzled(int row, int col) { return wg::swizzle128<kChunkBytes>(row, col); }
 
 // KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py only; never ship it): the 16-bit TMA producers
 // complete each slot's full barrier with no bytes and issue no loads, so the math runs at its own pace on
@@ -427,16 +439,7 @@ __device__ __forceinline__ void pv_issue(float (&o)[kColsPerWG / 2], u32 p_addr,
 
 // The output rows' rescale after the running maximum moved (f: this thread's two rows' factors),
 // skipped by the warps whose rows all kept their maximum (lazy_rescale, `warp_rescales`).
-__device__ __forceinline__ void rescale_o(float (&o)[kColsPerWG / 2], const float (&f)[2]) {
-  if (!warp_rescales(f)) return;
-#pragma unroll
-  for (int i = 0; i < kColsPerWG / 8; ++i) {
-    o[4 * i] *= f[0];
-    o[4 * i + 1] *= f[0];
-    o[4 * i + 2] *= f[1];
-    o[4 * i + 3] *= f[1];
-  }
-}
+__device__ __forceinline__ void rescale_o(float (&o)[kColsPerWG / 2], const float (&f)[2]) { rescale_rows(o, f); }
 
 
 // Rows [valid, kBN) of the last tile may hold stale or foreign data: zero this warpgroup's V

@@ -64,6 +64,13 @@ __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
 
+// Byte offset of 16-bit element (row, col) in a tile of 128-byte-swizzle chunks of 64 columns, each chunk
+// kChunkBytes (its rows x 128 B): the TMA's layout, which the wgmma descriptors below read.
+template <int kChunkBytes>
+__device__ __forceinline__ int swizzle128(int row, int col) {
+  return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
+}
+
 // Ordinary shared-memory stores made visible to the async proxy (wgmma operand reads, TMA).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
