@@ -6,7 +6,7 @@ on these shapes in the first run, bench/RESULTS.md), causal for s_q > 1 (query i
 ceiling of this run, so a row says whether the shape is memory- or math-bound. The sm90/sm80 column is what the
 selector's threshold (codegen/sm90_gqa.py SM90_GQA_MIN_ROWS) rests on.
 
-    python3 bench/gqa_rows.py [--rounds 3] [--quick] [--fa3]
+    python3 bench/gqa_rows.py [--rounds 3] [--quick] [--fa3] [--fp8 [--scale-block 32|64|128]] [--min-rows N]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ SHAPES = [
     (64, 8192, 32, 8, 128, 8, 16), (64, 4096, 64, 4, 128, 1, 64), (64, 4096, 64, 4, 128, 2, 64),
     (64, 4096, 64, 4, 128, 4, 64), (64, 4096, 64, 4, 128, 8, 64), (64, 4096, 32, 8, 256, 4, 16),
     (64, 4096, 32, 8, 256, 8, 16), (32, 8192, 64, 8, 64, 4, 16), (32, 8192, 64, 8, 64, 8, 16),
-    (1, 65536, 32, 8, 128, 8, 16),
+    (32, 4096, 64, 8, 256, 8, 16), (1, 65536, 32, 8, 128, 8, 16),
 ]
 
 
@@ -58,19 +58,27 @@ def main() -> int:
     ap.add_argument("--fp8", action="store_true", help="kvforge on per-tensor fp8 copies of the caches (kvforge."
                     "quantize_kv; 'of ceiling' then counts the fp8 bytes), FlashInfer on the 16-bit ones; rel. L2 "
                     "against the 16-bit reference, so it includes the quantization error")
+    ap.add_argument("--scale-block", type=int, choices=(32, 64, 128), default=None,
+                    help="with --fp8: block-scaled caches (this many channels per scale) instead of per-tensor ones")
+    ap.add_argument("--min-rows", type=int, default=1, help="only the shapes with at least this many query rows per "
+                    "KV head (group x s_q)")
     args = ap.parse_args()
+    if args.scale_block and not args.fp8:
+        ap.error("--scale-block: takes --fp8 (block-scaled fp8 caches)")
+    shapes = [row for row in SHAPES if row[2] // row[3] * row[5] >= args.min_rows]
+    prewarm(shapes, args.fp8, args.scale_block)
     ceil = ceilings()["read"]
     peers = ("fa2", "fa3") if args.fa3 else ("fa2",)
     print(f"read ceiling {ceil:.0f} GB/s\n")
     print("| shape | rows / KV head | built-in | kvforge ms | of ceiling | sm80 ms | sm90 ms | sm80 / sm90 | FA2 ms "
           "| FA2 / kvforge | FA3 ms | FA3 / kvforge | kvforge rel. L2 | sm90 rel. L2 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for b, s_k, hq, hkv, d, s_q, page in SHAPES:
+    for b, s_k, hq, hkv, d, s_q, page in shapes:
         sh = Shape("gqa_decode", b, s_k, hq, hkv, d, s_q=s_q, page=page)
         copies = kv_copies(sh.bytes())
         q, kv, bt, lens = make_inputs(sh, copies)
-        mine = [fp8_caches(k, v) for k, v in kv] if args.fp8 else kv
-        pinned = {name: pinned_config(sh, name, args.fp8) for name in ("sm80", "sm90")}
+        mine = [fp8_caches(k, v, args.scale_block) for k, v in kv] if args.fp8 else kv
+        pinned = {name: pinned_config(sh, name, args.fp8, args.scale_block) for name in ("sm80", "sm90")}
         calls = {"ours": [lambda i=i: kvforge_call(sh, q, mine[i], bt, lens) for i in range(copies)]}
         for name, cfg in pinned.items():
             if cfg is not None:
@@ -91,7 +99,8 @@ def main() -> int:
         del ref
         t = interleaved_ms(calls, 5 if args.quick else 20, args.rounds)
         ours = t["ours"]
-        gbs = (sh.bytes() - (sh.b * 2 * sh.s_k * sh.hkv * sh.d if args.fp8 else 0)) / ours / 1e6
+        fp8_bytes = sh.b * 2 * sh.s_k * sh.hkv * (sh.d - 4 * -(-sh.d // args.scale_block) if args.scale_block else sh.d)
+        gbs = (sh.bytes() - (fp8_bytes if args.fp8 else 0)) / ours / 1e6
         fa2, fa3 = t.get("fa2", math.nan), t.get("fa3", math.nan)
         sm80, sm90 = t.get("sm80", math.nan), t.get("sm90", math.nan)
         builtin = select_config("gqa_decode", "bf16", page, hq // hkv, d, s_q, 0, kv=mine[0][2] if args.fp8 else None).backend
@@ -103,6 +112,26 @@ def main() -> int:
     return 0
 
 
+def prewarm(shapes, fp8: bool, block: int | None) -> None:
+    """Compile every pinned and built-in kernel of the run in parallel before any timing (NVRTC releases the
+    GIL), so a fresh machine spends seconds, not minutes, compiling them one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+    from kvforge.runtime.kv_format import KVFormat
+
+    kv = KVFormat("fp8_e4m3", "block" if block else "per_tensor", block) if fp8 else None
+    configs = {}
+    for b, s_k, hq, hkv, d, s_q, page in shapes:
+        sh = Shape("gqa_decode", b, s_k, hq, hkv, d, s_q=s_q, page=page)
+        found = [pinned_config(sh, name, fp8, block) for name in ("sm80", "sm90")]
+        found.append(select_config("gqa_decode", "bf16", page, hq // hkv, d, s_q, 0, kv=kv))
+        configs.update({c.model_dump_json(): c for c in found if c is not None})
+    with ThreadPoolExecutor(12) as ex:
+        list(ex.map(lambda c: compile(Variant(c)), configs.values()))
+
+
 def kvforge_call(sh, q, kv, bt, lens, config=None):
     import kvforge
 
@@ -110,18 +139,21 @@ def kvforge_call(sh, q, kv, bt, lens, config=None):
     return kvforge.gqa_decode(q, kv[0], kv[1], bt, lens, causal=sh.s_q > 1, config=config, **scales)[0]
 
 
-def fp8_caches(k, v):
-    """Per-tensor fp8 copies of the K and V caches: (k8, v8, their KVFormat, k_scale, v_scale)."""
+def fp8_caches(k, v, block: int | None = None):
+    """fp8 copies of the K and V caches, per-tensor or (`block`) block-scaled: (k8, v8, their KVFormat, k_scale,
+    v_scale)."""
     import kvforge
     from kvforge.runtime.kv_format import KVFormat
 
-    k8, ks = kvforge.quantize_kv(k, "per_tensor")
-    v8, vs = kvforge.quantize_kv(v, "per_tensor")
-    return k8, v8, KVFormat("fp8_e4m3", "per_tensor", None), ks, vs
+    layout = "block" if block else "per_tensor"
+    k8, ks = kvforge.quantize_kv(k, layout, block)
+    v8, vs = kvforge.quantize_kv(v, layout, block)
+    return k8, v8, KVFormat("fp8_e4m3", layout, block), ks, vs
 
 
-def pinned_config(sh, backend: str, fp8: bool = False):
-    """The backend's own choice for the shape (None where it has no kernel for it); fp8: per-tensor."""
+def pinned_config(sh, backend: str, fp8: bool = False, block: int | None = None):
+    """The backend's own choice for the shape (None where it has no kernel for it); fp8: per-tensor, or block
+    scales of `block` channels."""
     from kvforge.codegen.errors import ConfigError
     from kvforge.codegen.select import select_decode_config
     from kvforge.runtime.device import device_arch
@@ -129,7 +161,8 @@ def pinned_config(sh, backend: str, fp8: bool = False):
     try:
         return select_decode_config("gqa_decode", device_arch(0), "bf16", sh.page, heads=sh.hq // sh.hkv,
                                     head_dim=sh.d, s_q=sh.s_q, backend=backend,
-                                    scale_mode="per_tensor" if fp8 else "none")
+                                    scale_mode=("block" if block else "per_tensor") if fp8 else "none",
+                                    scale_block_size=block if fp8 else None)
     except ConfigError as e:
         print(f"{sh.label} s_q={sh.s_q}: no {backend} variant: {e}", file=sys.stderr)
         return None

@@ -11,7 +11,7 @@ from functools import lru_cache
 from . import policy
 from .decode import MLA_DIMS, DecodeConfig
 from .errors import ConfigError, build
-from .sm90_gqa import GQA_BLOCK_N, SM90_GQA_MIN_ROWS, Sm90GqaTiling
+from .sm90_gqa import GQA_BLOCK_N, Sm90GqaTiling, sm90_gqa_min_rows
 
 MAX_CONSUMER_WARPS = 8
 
@@ -316,17 +316,19 @@ def combine_pdl(config: DecodeConfig) -> bool:
 SM90_MLA_MIN_ROWS = 17
 
 
-def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = False) -> str:
+def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = False, head_dim: int = 128,
+                      scale_mode: str = "none") -> str:
     """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
-    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) and for 16-bit GQA
-    on sm_90 with at least sm90_gqa.SM90_GQA_MIN_ROWS query rows per KV head (group x s_q), sm80 otherwise. fp8
-    GQA stays on sm80 here: the sm90 GQA kernel's fp8 path (producers dequantizing into the 16-bit ring) is pinned
-    by config= or backend='sm90' only until its GPU tests have run (bench/RESULTS.md, twenty-ninth session)."""
+    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) and for GQA on sm_90 from
+    `sm90_gqa.sm90_gqa_min_rows(head_dim, scale_mode)` query rows per KV head (group x s_q; 32 for 16-bit caches,
+    more for some fp8 layouts), sm80 otherwise. `fp8` without a `scale_mode` counts as per-tensor."""
     if arch != "sm_90":
         return "sm80"
     if family == "mla_decode" and heads * s_q >= SM90_MLA_MIN_ROWS:
         return "sm90"
-    if family == "gqa_decode" and not fp8 and heads * s_q >= SM90_GQA_MIN_ROWS:
+    if fp8 and scale_mode == "none":
+        scale_mode = "per_tensor"
+    if family == "gqa_decode" and heads * s_q >= sm90_gqa_min_rows(head_dim, scale_mode):
         return "sm90"
     return "sm80"
 
@@ -569,7 +571,8 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
-    choice = backend or preferred_backend(family, arch, heads, s_q, fp8=kv is not None)
+    choice = backend or preferred_backend(family, arch, heads, s_q, fp8=kv is not None, head_dim=head_dim,
+                                          scale_mode=scale_mode)
     if choice == "sm90":
         if arch != "sm_90":
             raise ConfigError(f"backend='sm90': runs on sm_90 devices only; this is {family} on {arch}")

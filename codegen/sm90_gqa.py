@@ -32,6 +32,21 @@ ALIGN_SLACK = 1024 - 16  # the kernel rounds its dynamic shared-memory base up t
 # Rows (group x s_q) from which the built-in choice on sm_90 takes this kernel over the sm80 one
 # (bench/gqa_rows.py measures both; bench/RESULTS.md "GQA on the sm90 backend").
 SM90_GQA_MIN_ROWS = 32
+# ... for fp8 caches, per layout (bench/gqa_rows.py --fp8 [--scale-block N], bench/RESULTS.md "fp8 GQA on the sm90
+# kernel, built in"): per-tensor from 32 rows (1.06-1.32x the sm80 fp8 kernel there) except D = 256, where the sm80
+# kernel is 1.09x faster at 32 rows and 2.15x slower at 64; block scales from 64 rows (0.76-0.95x at 32 rows
+# with 128-wide blocks, 1.58-3.48x at 64 and more).
+SM90_GQA_FP8_MIN_ROWS = {"per_tensor": 32, "block": 64}
+SM90_GQA_FP8_D256_MIN_ROWS = 64
+
+
+def sm90_gqa_min_rows(head_dim: int, scale_mode: str = "none") -> int:
+    """Query rows per KV head from which the built-in choice takes the sm90 GQA kernel, for a cache of
+    `scale_mode` ('none': 16-bit)."""
+    if scale_mode == "none":
+        return SM90_GQA_MIN_ROWS
+    rows = SM90_GQA_FP8_MIN_ROWS[scale_mode]
+    return max(rows, SM90_GQA_FP8_D256_MIN_ROWS) if head_dim == 256 else rows
 
 
 def smem_limit_per_cta(arch: str, ctas_per_sm: int) -> int:

@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_sm90|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -92,6 +92,25 @@ def fp8_gqa_tma_case():
         v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), "per_tensor")
         out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=s_q > 1, k_scale=ks,
                                     v_scale=vs, config=build(DecodeConfig, data))
+        torch.cuda.synchronize()
+        assert not bool(torch.isnan(out).any())
+
+
+def fp8_gqa_sm90_case():
+    """fp8 GQA on the sm90 wgmma kernel (the producer warpgroup dequantizes each fp8 tile into the 16-bit ring):
+    per-tensor with one math warpgroup (32 rows, 16-row pages, a split sequence) and block scales (32-wide) with
+    two (128 rows, D 64, 128-row pages: half-page tiles), both causal on a 2-slot ring."""
+    for layout, block, page_size, group, d, s_q, lens in (("per_tensor", None, 16, 4, 128, 8, [1500, 40, 8]),
+                                                          ("block", 32, 128, 16, 64, 8, [700, 9])):
+        cfg = select_decode_config("gqa_decode", device_arch(0), "bf16", page_size, heads=group, head_dim=d,
+                                   s_q=s_q, backend="sm90", scale_mode=layout, scale_block_size=block)
+        cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "num_kv_stages": 2})
+        case = make_case("gqa_decode", batch=len(lens), s_q=s_q, hq=2 * group, hkv=2, d=d, page_size=page_size,
+                         lens=lens, seed=d)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
+        v8, vs = kvforge.quantize_kv(torch.nan_to_num(case.v), layout, block)
+        out, _ = kvforge.gqa_decode(case.q, k8, v8, case.block_table, case.seqlens, causal=True, k_scale=ks,
+                                    v_scale=vs, config=cfg)
         torch.cuda.synchronize()
         assert not bool(torch.isnan(out).any())
 
@@ -233,6 +252,8 @@ if what.startswith("selftest_"):
     selftest_case(*what.removeprefix("selftest_").rsplit("_", 1))
 elif what == "fp8_gqa_tma":
     fp8_gqa_tma_case()
+elif what == "fp8_gqa_sm90":
+    fp8_gqa_sm90_case()
 elif what == "fp8_gqa_prescaled":
     fp8_gqa_prescaled_case()
 elif what == "fp8_mla_sm90_slot":

@@ -518,12 +518,30 @@ def test_gqa_on_sm_90_takes_the_wgmma_kernel_from_32_rows_per_kv_head(group, s_q
 
             t = Sm90GqaTiling(head_dim=d, rows=group * s_q, page_size=16, stages=deeper)
             assert t.problems() or t.ctas_per_sm < cfg.ctas_per_sm
-    fp8 = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
-                               scale_mode="per_tensor")
-    # fp8 stays on the sm80 kernel in the built-in choice (the sm90 kernel's fp8 path is pinned only, until its GPU
-    # tests have run); pinned, it dequantizes in the producers (no tensor maps), where a tiling holds the shape
-    assert fp8.backend == "sm80"
+    # fp8 (test below): pinned, the sm90 kernel dequantizes in the producers (no tensor maps), where a tiling holds
+    # the shape
     if not (d == 256 and group * s_q > 64):  # there the accumulators and the producers' registers do not fit
         pinned = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
                                       scale_mode="per_tensor", backend="sm90")
         assert pinned.is_fp8 and pinned.converts_in_producer and not pinned.tensor_maps()
+
+
+@pytest.mark.parametrize("layout,block,group,s_q,d,backend", [
+    ("per_tensor", None, 4, 4, 128, "sm80"), ("per_tensor", None, 4, 8, 128, "sm90"),
+    ("per_tensor", None, 8, 4, 64, "sm90"), ("per_tensor", None, 4, 8, 256, "sm80"),
+    ("per_tensor", None, 8, 8, 256, "sm90"), ("per_tensor", None, 16, 8, 256, "sm80"),
+    ("block", 128, 4, 8, 128, "sm80"), ("block", 128, 16, 4, 128, "sm90"), ("block", 32, 8, 4, 64, "sm80"),
+    ("block", 64, 16, 8, 64, "sm90"), ("block", 128, 8, 8, 256, "sm90")])
+def test_fp8_gqa_on_sm_90_takes_the_wgmma_kernel_from_its_layouts_row_count(layout, block, group, s_q, d, backend):
+    """fp8 GQA on sm_90 runs the sm90 kernel from sm90_gqa.sm90_gqa_min_rows(head_dim, layout) query rows per KV
+    head (per-tensor 32, at D = 256 64; block scales 64: bench/gqa_rows.py --fp8), the sm80 kernel below, and
+    where no sm90 tiling holds the shape (fp8 at D = 256 with more than 64 rows)."""
+    from kvforge.codegen.sm90_gqa import sm90_gqa_min_rows
+
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
+                               scale_mode=layout, scale_block_size=block)
+    assert cfg.backend == backend and cfg.is_fp8
+    if group * s_q <= 64:
+        assert (group * s_q >= sm90_gqa_min_rows(d, layout)) == (backend == "sm90")
+        assert select_decode_config("gqa_decode", "sm_89", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
+                                    scale_mode=layout, scale_block_size=block).backend == "sm80"
