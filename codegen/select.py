@@ -550,7 +550,7 @@ def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, 
     `scale_mode` other than 'none' means an fp8_e4m3 cache in that layout (with `scale_block_size` for 'block');
     `fp8_convert` ('ring' or 'registers') forces how the sm80 kernel dequantizes it (default:
     `fp8_convert_path`); `kv_load` ('cp_async', 'bulk' or 'tma') how the sm80 kernel's producers
-    fill the ring (default: `kv_load_choice`). `splits`: chunks the launch's split plan cuts each
+    fill the ring (default: `kv_load_choice`); either one pins the sm80 backend (with backend='sm90': an error). `splits`: chunks the launch's split plan cuts each
     sequence into (`sm90_splits`; None: unknown), which picks the sm90 schedule; counts past
     policy.SEESAW_MAX_SPLITS choose alike and share one cached choice. `long_chunks`: the caller's hint that
     the split chunks are long (`sm90_long_chunks`), which takes the seesaw for 16-bit split launches.
@@ -571,8 +571,13 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
     kv = None
     if scale_mode != "none":
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": scale_mode, "scale_block_size": scale_block_size}
-    choice = backend or preferred_backend(family, arch, heads, s_q, fp8=kv is not None, head_dim=head_dim,
-                                          scale_mode=scale_mode)
+    sm80_fields = [f"{name}={value!r}" for name, value in (("fp8_convert", fp8_convert), ("kv_load", kv_load)) if value]
+    if backend == "sm90" and sm80_fields:
+        raise ConfigError(f"{', '.join(sm80_fields)}: the sm80 backend's fields; backend='sm90' takes neither "
+                          "(leave them out, or choose backend='sm80')")
+    # the sm80 kernel's own fields pin its backend
+    choice = backend or ("sm80" if sm80_fields else preferred_backend(
+        family, arch, heads, s_q, fp8=kv is not None, head_dim=head_dim, scale_mode=scale_mode))
     if choice == "sm90":
         if arch != "sm_90":
             raise ConfigError(f"backend='sm90': runs on sm_90 devices only; this is {family} on {arch}")

@@ -545,3 +545,19 @@ def test_fp8_gqa_on_sm_90_takes_the_wgmma_kernel_from_its_layouts_row_count(layo
         assert (group * s_q >= sm90_gqa_min_rows(d, layout)) == (backend == "sm90")
         assert select_decode_config("gqa_decode", "sm_89", "bf16", 16, heads=group, head_dim=d, s_q=s_q,
                                     scale_mode=layout, scale_block_size=block).backend == "sm80"
+
+
+def test_the_sm80_kernels_fields_pin_its_backend():
+    """fp8_convert and kv_load belong to the sm80 kernel: given without a backend they choose it (where the built-in
+    choice would be the sm90 kernel, which has neither), and with backend='sm90' they are refused by name."""
+    from kvforge.codegen.errors import ConfigError
+
+    kw = dict(heads=16, head_dim=64, s_q=4, scale_mode="per_tensor")
+    assert select_decode_config("gqa_decode", "sm_90", "bf16", 32, **kw).backend == "sm90"
+    cfg = select_decode_config("gqa_decode", "sm_90", "bf16", 32, fp8_convert="ring", **kw)
+    assert cfg.backend == "sm80" and cfg.fp8_convert == "ring"
+    assert select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=64, head_dim=576, s_q=1,
+                                kv_load="cp_async").backend == "sm80"
+    with pytest.raises(ConfigError, match=r"fp8_convert='ring'.*backend='sm90' takes neither"):
+        select_decode_config("gqa_decode", "sm_90", "bf16", 32, fp8_convert="ring", backend="sm90", **kw)
+
