@@ -104,7 +104,8 @@ class Shape:
     def label(self):
         if self.family == "mla_decode":
             return f"MLA b={self.b} s_k={self.s_k} s_q={self.s_q} h={self.hq}"
-        return f"GQA b={self.b} s_k={self.s_k} Hq={self.hq} Hkv={self.hkv} D={self.d}"
+        return f"GQA b={self.b} s_k={self.s_k} Hq={self.hq} Hkv={self.hkv} D={self.d}" + (
+            f" s_q={self.s_q}" if self.s_q > 1 else "")
 
     def bytes(self):
         if self.family == "mla_decode":
@@ -137,7 +138,7 @@ def run_kvforge(sh, q, k, v, bt, lens, config=None):
     the host, as FlashInfer's plan() gets the lengths): it picks the schedule of long split chunks."""
     if sh.family == "mla_decode":
         return kvforge.mla_decode(q, k, bt, lens, causal=sh.s_q > 1, config=config, max_seq_len=sh.s_k)[0]
-    return kvforge.gqa_decode(q, k, v, bt, lens, config=config)[0]
+    return kvforge.gqa_decode(q, k, v, bt, lens, causal=sh.s_q > 1, config=config)[0]
 
 
 def sm80_config(sh):

@@ -89,7 +89,7 @@ def main() -> int:
                 calls[backend] = flashinfer_prefill(sh, q, kv, bt, backend)
                 calls[backend][0]()
             except Exception as e:  # noqa: BLE001 - a backend that cannot run this shape leaves its column empty
-                print(f"{sh.label} s_q={s_q}: FlashInfer {backend} failed: {type(e).__name__}: {str(e)[:300]}",
+                print(f"{sh.label}: FlashInfer {backend} failed: {type(e).__name__}: {str(e)[:300]}",
                       file=sys.stderr)
                 calls.pop(backend, None)
         ref = torch_ref(sh, q, kv[0], bt, lens)
@@ -104,7 +104,7 @@ def main() -> int:
         fa2, fa3 = t.get("fa2", math.nan), t.get("fa3", math.nan)
         sm80, sm90 = t.get("sm80", math.nan), t.get("sm90", math.nan)
         builtin = select_config("gqa_decode", "bf16", page, hq // hkv, d, s_q, 0, kv=mine[0][2] if args.fp8 else None).backend
-        print(f"| {sh.label} s_q={s_q} page={page} | {hq // hkv * s_q} | {builtin} | {ours:.4f} | {gbs / ceil:.0%} | "
+        print(f"| {sh.label} page={page} | {hq // hkv * s_q} | {builtin} | {ours:.4f} | {gbs / ceil:.0%} | "
               f"{sm80:.4f} | {sm90:.4f} | {sm80 / sm90:.2f}x | {fa2:.4f} | {fa2 / ours:.2f}x | {fa3:.4f} | "
               f"{fa3 / ours:.2f}x | {errs['ours']:.1e} | {errs.get('sm90', math.nan):.1e} |", flush=True)
         del q, kv, mine, calls
@@ -164,7 +164,7 @@ def pinned_config(sh, backend: str, fp8: bool = False, block: int | None = None)
                                     scale_mode=("block" if block else "per_tensor") if fp8 else "none",
                                     scale_block_size=block if fp8 else None)
     except ConfigError as e:
-        print(f"{sh.label} s_q={sh.s_q}: no {backend} variant: {e}", file=sys.stderr)
+        print(f"{sh.label}: no {backend} variant: {e}", file=sys.stderr)
         return None
 
 

@@ -3,10 +3,11 @@ the base commit, its codegen/runtime/templates reachable as the package `kvforge
 (bench/child_ab.py: the runtime caches plans per config, and both trees share config names), rounds alternating
 which goes first. Times the built-in call (as bench.py makes it: with the max_seq_len hint) by CUDA-graph replays.
 
-    python bench/tree_ab.py --base /path/to/base/checkout [--rounds 3] [--shapes quick|short|all|fp8]
+    python bench/tree_ab.py --base /path/to/base/checkout [--rounds 3] [--shapes quick|short|all|fp8|gqa|gqa_rows]
 
 quick: bench.py's MLA shapes; short: bench.SHORT_SHAPES, launches of few tiles per CTA (where a launch's fixed cost
-weighs: bench/overhead_fit.py, bench/phase_trace.py); all: both; fp8: three MLA shapes on per-tensor e4m3 caches.
+weighs: bench/overhead_fit.py, bench/phase_trace.py); all: both; fp8: three MLA shapes on per-tensor e4m3 caches;
+gqa: bench.py's GQA shapes; gqa_rows: GQA with 32-128 query rows per KV head (causal s_q up to 8: the sm90 GQA kernel).
 Prints the median per tree and base / this (> 1: this tree is faster).
 """
 import argparse
@@ -20,6 +21,10 @@ SHAPES = {
     "short": "SHORT_SHAPES",
     "all": "[sh for sh in SHAPES if sh.family == 'mla_decode'] + SHORT_SHAPES",
     "fp8": "[Shape('mla_decode', b, s_k, h) for b, s_k, h in ((128, 4096, 128), (128, 4096, 64), (32, 8192, 128))]",
+    "gqa": "[sh for sh in SHAPES if sh.family == 'gqa_decode']",
+    "gqa_rows": "[Shape('gqa_decode', b, s_k, hq, hkv, d, s_q=s_q, page=p) for b, s_k, hq, hkv, d, s_q, p in "
+                "((64, 8192, 32, 8, 128, 8, 16), (64, 4096, 64, 4, 128, 4, 64), (64, 4096, 64, 4, 128, 8, 64), "
+                "(32, 8192, 64, 8, 64, 8, 16))]",
 }
 
 

@@ -89,6 +89,13 @@ __device__ __forceinline__ tile::PaddedTile kv_tile(const unsigned char* t) { re
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
+// 2^x by one MUFU.EX2 (ex2.approx.ftz.f32): exp2f also keeps results below 2^-126 as denormals (a range test and
+// two multiplies per call), which a softmax never needs (P <= 1, summed in fp32, rounded to 16 bits).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // ---- split plan and input guard (codegen/policy.py) ----
 #ifndef KVFORGE_HD
@@ -198,8 +205,8 @@ __device__ __forceinline__ float next_max(float m_old, float mx) {
 // The factor the output and sums are rescaled by when the maximum moves from m_old to m_new
 // (exactly 1 when it stays, which lazy_rescale relies on to skip the rescale).
 __device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
-  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2f(m_old - m_new);
-  return exp2f(m_old - m_new);
+  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2_ftz(m_old - m_new);
+  return exp2_ftz(m_old - m_new);
 }
 
 // Whether this warp's output must be rescaled by f (its two rows per thread): always, or
@@ -420,8 +427,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeysPerWarp / 8][4], 
   }
 #pragma unroll
   for (int i = 0; i < kKeysPerWarp / 8; ++i) {
-    const float p0 = exp2f(s[i][0] - m_use[0]), p1 = exp2f(s[i][1] - m_use[0]);
-    const float p2 = exp2f(s[i][2] - m_use[1]), p3 = exp2f(s[i][3] - m_use[1]);
+    const float p0 = exp2_ftz(s[i][0] - m_use[0]), p1 = exp2_ftz(s[i][1] - m_use[0]);
+    const float p2 = exp2_ftz(s[i][2] - m_use[1]), p3 = exp2_ftz(s[i][3] - m_use[1]);
     st.l[0] += p0 + p1;
     st.l[1] += p2 + p3;
     const int col = st.cg * kKeysPerWarp + i * 8 + 2 * st.tq;

@@ -101,6 +101,13 @@ static_assert(kOffBarriers + 2 * kStages * kSubs * 8 + kAlignSlack <= kSmemBytes
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
+// 2^x by one MUFU.EX2 (ex2.approx.ftz.f32): exp2f also keeps results below 2^-126 as denormals (a range test and
+// two multiplies per call), which a softmax never needs (P <= 1, summed in fp32, rounded to 16 bits).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // ---- split plan and input guard (codegen/policy.py) ----
 #ifndef KVFORGE_HD
@@ -197,6 +204,30 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+// S into the log2 domain, keys a row may not see masked (-inf), folded into this thread's row maxima `mx` (not
+// reset). s holds N / 4 groups of four (the wgmma/mma accumulator layout: key key0 + 8 i + 2 tq + (e & 1) of row
+// e / 2 in s[4 i + e]); a tile whose every key both rows see skips the per-key test.
+template <int N>
+__device__ __forceinline__ void scale_and_mask(float (&s)[N], const int (&last_key)[2], int key0, int tq,
+                                               float scale_log2, float (&mx)[2]) {
+  if (key0 + 2 * N - 1 <= min(last_key[0], last_key[1])) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      s[i] *= scale_log2;
+      mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + i * 8 + 2 * tq + (e & 1);
+      const float v = key <= last_key[e / 2] ? s[4 * i + e] * scale_log2 : neg_inf();
+      s[4 * i + e] = v;
+      mx[e / 2] = fmaxf(mx[e / 2], v);
+    }
+}
 constexpr bool kLazyRescale = true;
 constexpr float kRescaleSlack = 8.0f;  // log2 units
 
@@ -210,8 +241,8 @@ __device__ __forceinline__ float next_max(float m_old, float mx) {
 // The factor the output and sums are rescaled by when the maximum moves from m_old to m_new
 // (exactly 1 when it stays, which lazy_rescale relies on to skip the rescale).
 __device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
-  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2f(m_old - m_new);
-  return exp2f(m_old - m_new);
+  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2_ftz(m_old - m_new);
+  return exp2_ftz(m_old - m_new);
 }
 
 // Whether this warp's output must be rescaled by f (its two rows per thread): always, or
@@ -728,15 +759,7 @@ __device__ __forceinline__ void pv_regs(float (&o)[kColsPerWG / 2], const u32 (&
 __device__ __forceinline__ void mask_and_max(float (&s)[32], const MathState& st, int key0, float scale_log2,
                                              float (&mx)[2]) {
   mx[0] = mx[1] = neg_inf();
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + i * 8 + 2 * st.tq + (e & 1);
-      const float v = key <= st.last_key[e / 2] ? s[4 * i + e] * scale_log2 : neg_inf();
-      s[4 * i + e] = v;
-      mx[e / 2] = fmaxf(mx[e / 2], v);
-    }
+  scale_and_mask(s, st.last_key, key0, st.tq, scale_log2, mx);
   mx[0] = quad_max(mx[0]);
   mx[1] = quad_max(mx[1]);
 }
@@ -747,10 +770,10 @@ __device__ __forceinline__ void exp_and_pack(float (&s)[32], const float (&m)[2]
   sum[0] = sum[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    s[4 * i] = exp2f(s[4 * i] - m[0]);
-    s[4 * i + 1] = exp2f(s[4 * i + 1] - m[0]);
-    s[4 * i + 2] = exp2f(s[4 * i + 2] - m[1]);
-    s[4 * i + 3] = exp2f(s[4 * i + 3] - m[1]);
+    s[4 * i] = exp2_ftz(s[4 * i] - m[0]);
+    s[4 * i + 1] = exp2_ftz(s[4 * i + 1] - m[0]);
+    s[4 * i + 2] = exp2_ftz(s[4 * i + 2] - m[1]);
+    s[4 * i + 3] = exp2_ftz(s[4 * i + 3] - m[1]);
     sum[0] += s[4 * i] + s[4 * i + 1];
     sum[1] += s[4 * i + 2] + s[4 * i + 3];
     p[2 * i] = Mma::pack(s[4 * i], s[4 * i + 1]);
