@@ -270,92 +270,124 @@ struct Work {
 // Byte offset of 16-bit element (row, col) of a 64-row tile of swizzled 64-column chunks.
 __device__ __forceinline__ int swizzled(int row, int col) { return wg::swizzle128<kChunkBytes>(row, col); }
 
-// ---- producer warpgroup: fp8 tiles loaded into registers, stored dequantized ----------------------
-// Thread pt of 128: warp pt / 32 takes the tile's 8-row blocks pt / 32 and pt / 32 + 4, the lane row (lane / 4)
-// of each and the 16-column group (lane % 4) of every 64-column chunk, of K and of V. A quarter-warp then stores
-// two rows x four groups, 16 bytes each at ((2 x group + half) ^ row) mod 8: eight distinct bank groups. Rows
-// past the tile's last key are neither loaded (their pages may not be the sequence's) nor left stale: they are
-// stored as zeros (S is masked there and P is 0, but 0 * NaN is not).
+// ---- producers: the warpgroup loads each fp8 tile into registers and stores it dequantized -------
+// Thread pt of 128: warp pt / 32 takes the tile's 8-row blocks pt / 32 and pt / 32 + 4, the lane row
+// (lane / 4) of each and the 16-column group (lane % 4) of every 64-column chunk. A quarter-warp (the
+// lanes one 16-byte shared-memory access serves) then stores two rows x four groups, 16 bytes each
+// at ((2 x group + half) ^ row) mod 8: eight distinct bank groups. Rows past the tile's last key are
+// neither loaded (their pages may not be the sequence's) nor left stale: they are stored as zeros
+// (S is masked there and P is 0, but 0 * NaN is not).
 constexpr int kRowsPerThread = 2;
-static_assert(kRowsPerThread * 32 == kBN, "producer rows");
+// the last chunk is fp8_ds_mla's bf16 rope, e4m3 values otherwise
+constexpr bool kRopeLast = kLayout == kvforge::fp8::Layout::kPackedMLA;
+static_assert(kRowsPerThread * 32 == kBN && kChunks * 64 == kDqk, "producer rows and groups");
+static_assert(!kRopeLast || kPackedLatent == (kChunks - 1) * 64, "fp8_ds_mla: the rope is the last chunk");
 
+// One cache's share of a tile in this thread's registers.
 struct Fp8Rows {
-  uint4 k[kRowsPerThread][kChunks], v[kRowsPerThread][kChunks];  // 16 e4m3 bytes per group
-  float ks[kRowsPerThread][kChunks], vs[kRowsPerThread][kChunks];  // block scales (per-tensor: 1, folded)
+  uint4 raw[kRowsPerThread][kChunks];  // 16 e4m3 bytes per group (fp8_ds_mla rope: 8 of 16 bf16)
+  uint4 rope_hi[kRowsPerThread];       // fp8_ds_mla: the rope group's other 8 bf16
+  float scale[kRowsPerThread][kChunks];
 };
 
 __device__ __forceinline__ int producer_row(int pt, int i) { return 8 * (pt / 32 + 4 * i) + (pt % 32) / 4; }
 
-// Keys [j0, j0 + kBN) of the chunk, `valid` of them the sequence's: this thread's groups into registers.
-__device__ __forceinline__ void load_fp8_rows(Fp8Rows& f, const unsigned char* k8, const unsigned char* v8,
-                                              const float* k_blocks, const float* v_blocks, const int* bt_row,
-                                              int num_kv_heads, int kv_head, int j0, int valid, int pt) {
+// This thread's groups of cache row `row` (kTokenBytes e4m3 bytes; block scales kScaleBlocks per row) into slot i.
+__device__ __forceinline__ void load_fp8_row(Fp8Rows& f, int i, const unsigned char* kv8, const float* block_scales,
+                                             long long row, int pt) {
   const int col0 = (pt % 4) * 16;
-  uint4 unused;
+  const unsigned char* token = kv8 + row * kTokenBytes;
+  const float* scales = kLayout == kvforge::fp8::Layout::kBlock ? block_scales + row * kScaleBlocks : nullptr;
+#pragma unroll
+  for (int c = 0; c < kChunks - 1; ++c)
+    kvforge::fp8::load16_raw<kLayout, kScaleBlock, kPackedLatent, false, true>(
+        token, scales, c * 64 + col0, f.raw[i][c], f.rope_hi[i], f.scale[i][c]);
+  kvforge::fp8::load16_raw<kLayout, kScaleBlock, kPackedLatent, kRopeLast, true>(
+      token, scales, (kChunks - 1) * 64 + col0, f.raw[i][kChunks - 1], f.rope_hi[i], f.scale[i][kChunks - 1]);
+}
+
+__device__ __forceinline__ void zero_fp8_row(Fp8Rows& f, int i) {
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    f.raw[i][c] = make_uint4(0u, 0u, 0u, 0u);
+    f.scale[i][c] = 0.f;
+  }
+  f.rope_hi[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Keys [j0, j0 + kBN) of the chunk, `valid` of them the sequence's: for each of this thread's rows i, `load(i, key)`
+// where the key is the sequence's, else `blank(i)` (load_fp8_row and zero_fp8_row on each cache of the tile).
+template <class Load, class Blank>
+__device__ __forceinline__ void for_each_fp8_row(int j0, int valid, int pt, Load load, Blank blank) {
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = producer_row(pt, i);
-    if (r < valid) {
-      const int j = j0 + r;
-      const long long row = (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) *
-                                num_kv_heads + kv_head;
-      const bool block = kLayout == kvforge::fp8::Layout::kBlock;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        kvforge::fp8::load16_raw<kLayout, kScaleBlock, kPackedLatent, false, true>(
-            k8 + row * kTokenBytes, block ? k_blocks + row * kScaleBlocks : nullptr, c * 64 + col0, f.k[i][c], unused,
-            f.ks[i][c]);
-        kvforge::fp8::load16_raw<kLayout, kScaleBlock, kPackedLatent, false, true>(
-            v8 + row * kTokenBytes, block ? v_blocks + row * kScaleBlocks : nullptr, c * 64 + col0, f.v[i][c], unused,
-            f.vs[i][c]);
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        f.k[i][c] = f.v[i][c] = make_uint4(0u, 0u, 0u, 0u);
-        f.ks[i][c] = f.vs[i][c] = 0.f;
-      }
-    }
+    if (r < valid)
+      load(i, j0 + r);
+    else
+      blank(i);
   }
 }
 
-__device__ __forceinline__ void store_fp8_rows(unsigned char* stage, const Fp8Rows& f, int pt) {
+// This thread's rows, dequantized, into the 16-bit tile at `tile` (64 rows of swizzled 64-column chunks).
+__device__ __forceinline__ void store_fp8_rows(unsigned char* tile, const Fp8Rows& f, int pt) {
   const int col0 = (pt % 4) * 16;
-  const uint4 none = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = producer_row(pt, i);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       uint4 lo, hi;
-      kvforge::fp8::raw16_to<TM, kLayout, false>(f.k[i][c], none, f.ks[i][c], lo, hi);
-      *reinterpret_cast<uint4*>(stage + swizzled(r, c * 64 + col0)) = lo;
-      *reinterpret_cast<uint4*>(stage + swizzled(r, c * 64 + col0 + 8)) = hi;
-      kvforge::fp8::raw16_to<TM, kLayout, false>(f.v[i][c], none, f.vs[i][c], lo, hi);
-      *reinterpret_cast<uint4*>(stage + kTileBytes + swizzled(r, c * 64 + col0)) = lo;
-      *reinterpret_cast<uint4*>(stage + kTileBytes + swizzled(r, c * 64 + col0 + 8)) = hi;
+      if (c < kChunks - 1)
+        kvforge::fp8::raw16_to<TM, kLayout, false>(f.raw[i][c], f.rope_hi[i], f.scale[i][c], lo, hi);
+      else
+        kvforge::fp8::raw16_to<TM, kLayout, kRopeLast>(f.raw[i][c], f.rope_hi[i], f.scale[i][c], lo, hi);
+      *reinterpret_cast<uint4*>(tile + swizzled(r, c * 64 + col0)) = lo;
+      *reinterpret_cast<uint4*>(tile + swizzled(r, c * 64 + col0 + 8)) = hi;
     }
   }
 }
 
-__device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const unsigned char* k8,
-                                              const unsigned char* v8, const float* k_blocks, const float* v_blocks,
-                                              const int* bt_row, int num_kv_heads, int kv_head, const Work& w, int pt) {
+// The producer warpgroup's loop: tile t + 1's rows are loaded (`load(j0, valid)`: keys [j0, j0 + kBN), `valid` of
+// them the sequence's) while tile t waits for its slot; `store(stage)` dequantizes them into the slot, then every
+// producer thread arrives on its full barrier.
+template <class Load, class Store>
+__device__ __forceinline__ void register_rows_loop(const Ring& ring, unsigned char* smem, const Work& w, Load load,
+                                                   Store store) {
   kvforge::PipelineProducer<Ring> pipe{ring};
-  Fp8Rows f;
-  if (w.num_tiles > 0)
-    load_fp8_rows(f, k8, v8, k_blocks, v_blocks, bt_row, num_kv_heads, kv_head, w.key_begin,
-                  w.key_end - w.key_begin, pt);
+  if (w.num_tiles > 0) load(w.key_begin, w.key_end - w.key_begin);
   for (int t = 0; t < w.num_tiles; ++t) {
     pipe.producer_acquire();
-    store_fp8_rows(smem + kOffKV + pipe.index() * kStageBytes, f, pt);
+    store(smem + kOffKV + pipe.index() * kStageBytes);
     wg::fence_proxy_async();  // the tile is read by wgmma (async proxy)
     pipe.producer_commit_all();
     pipe.advance();
     const int j1 = w.key_begin + (t + 1) * kBN;
-    if (t + 1 < w.num_tiles)
-      load_fp8_rows(f, k8, v8, k_blocks, v_blocks, bt_row, num_kv_heads, kv_head, j1, w.key_end - j1, pt);
+    if (t + 1 < w.num_tiles) load(j1, w.key_end - j1);
   }
+}
+
+// K and V: one Fp8Rows each; row (token j, this KV head) of either cache.
+__device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const unsigned char* k8,
+                                              const unsigned char* v8, const float* k_blocks, const float* v_blocks,
+                                              const int* bt_row, int num_kv_heads, int kv_head, const Work& w, int pt) {
+  Fp8Rows k, v;
+  const auto load = [&](int i, int j) {
+    const long long row =
+        (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) * num_kv_heads + kv_head;
+    load_fp8_row(k, i, k8, k_blocks, row, pt);
+    load_fp8_row(v, i, v8, v_blocks, row, pt);
+  };
+  const auto blank = [&](int i) {
+    zero_fp8_row(k, i);
+    zero_fp8_row(v, i);
+  };
+  register_rows_loop(
+      ring, smem, w, [&](int j0, int valid) { for_each_fp8_row(j0, valid, pt, load, blank); },
+      [&](unsigned char* stage) {
+        store_fp8_rows(stage, k, pt);
+        store_fp8_rows(stage + kTileBytes, v, pt);
+      });
 }
 
 // ---- math warpgroups -------------------------------------------------------------------------------
