@@ -8,9 +8,10 @@ signature already validated skips the checks, since all they could reject is in 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
-from kvforge.codegen.policy import GQA_GROUPS, GQA_HEAD_DIMS, MAX_Q_ROWS, MAX_S_Q, MLA_DIMS, MLA_MAX_HEADS, PAGE_SIZES
+from kvforge.codegen.policy import LOG2E, GQA_GROUPS, GQA_HEAD_DIMS, MAX_Q_ROWS, MAX_S_Q, MLA_DIMS, MLA_MAX_HEADS, PAGE_SIZES
 
 from .kv_format import KVFormat, cache_format, mla_token_dim
 from .tensors import TensorArg, device_view
@@ -47,6 +48,21 @@ class CallShape:
     @property
     def default_scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim)
+
+
+def scale_log2(softmax_scale, default_log2: float) -> float:
+    """softmax_scale (None: the call's default 1/sqrt(d_qk), given as `default_log2`) in the kernels' log2 units.
+    Any finite real number (0 gives uniform weights over the visible keys, a negative scale favours the
+    smallest scores); anything else is refused by name before a launch."""
+    if softmax_scale is None:
+        return default_log2
+    if type(softmax_scale) is not float and (isinstance(softmax_scale, bool)
+                                             or not isinstance(softmax_scale, numbers.Real)):
+        raise TypeError(f"softmax_scale: must be a real number (a Python or NumPy float or int) or None, "
+                        f"got {type(softmax_scale).__name__}")
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale: must be finite, got {softmax_scale}")
+    return float(softmax_scale) * LOG2E
 
 
 def _join(values) -> str:

@@ -28,6 +28,7 @@ from kvforge.codegen.variant import Variant
 
 from . import torch_ops
 from .call_args import CallShape, check_ranges_on_host, validate
+from .call_args import scale_log2 as softmax_scale_log2  # softmax_scale checked, in the kernels' units
 from .kv_format import KVFormat, planned_format, scale_values
 from .device import device_arch, on_device, sm_count
 from .launch import LaunchError
@@ -349,7 +350,7 @@ class _Runner:
         if check_inputs or (check_inputs is None and _DEBUG):
             self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle, scales)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
-        scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
+        scale_log2 = softmax_scale_log2(softmax_scale, prep.scale_log2)
         ptrs = (q.data_ptr() if q_ptr is None else q_ptr, k.data_ptr(), v.data_ptr(), bt.data_ptr(), sl.data_ptr(),
                 out.data_ptr(), lse.data_ptr())
         causal_flag = 1 if causal and shape.s_q > 1 else 0
@@ -382,7 +383,7 @@ class _Runner:
         if check_inputs or (check_inputs is None and _DEBUG):
             self._debug_checks(prep, views, q, k, v, bt, sl, out, lse, handle, scales)
         ws = self._workspace(prep, workspace, handle, q) if prep.ws_floats else 0
-        scale_log2 = prep.scale_log2 if softmax_scale is None else softmax_scale * policy.LOG2E
+        scale_log2 = softmax_scale_log2(softmax_scale, prep.scale_log2)
         ptrs = tuple(_ptr(x) for x in (q, k, v, bt, sl, out, lse))
         causal_flag = 1 if causal and shape.s_q > 1 else 0
         kv_scales = self._scale_args(prep.plan, scales)

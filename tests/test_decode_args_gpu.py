@@ -194,3 +194,15 @@ def test_fp8_scale_errors(mla, gqa):
         kvforge.GQADecode(8, 2, 128, 16, max_batch=2, fp8_layout="fp8_ds_mla")
     with pytest.raises(ValueError, match=r"^scale_block_size=None: required"):
         kvforge.MLADecode(16, 64, max_batch=2, fp8_layout="block")
+
+
+def test_a_softmax_scale_that_is_not_a_finite_number_is_refused_by_name(mla, gqa):
+    import torch
+
+    out = torch.full((2, 1, 16, 512), 7.0, dtype=mla.q.dtype, device="cuda")
+    with pytest.raises(ValueError, match="softmax_scale: must be finite, got nan"):
+        _mla(mla, softmax_scale=float("nan"), out=out)
+    with pytest.raises(TypeError, match="softmax_scale: must be a real number"):
+        _gqa(gqa, softmax_scale="0.1")
+    torch.cuda.synchronize()
+    assert bool((out == 7.0).all()), "a refused call launched a kernel that wrote out"

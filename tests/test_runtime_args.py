@@ -365,3 +365,24 @@ def test_max_seq_len_hint_takes_the_seesaw_for_long_split_chunks(monkeypatch):
     fp8 = SimpleNamespace(**{**vars(shape), "kv": decode.KVFormat("fp8_e4m3", "per_tensor", None)})
     assert decode._LONG_CHUNK_PLANS.plan(fp8).config.schedule == "lockstep"  # fp8 staging ignores the hint
     decode._least_long_seq_len.cache_clear()  # no faked device's threshold left for later tests
+
+
+@pytest.mark.parametrize("value,want", [(None, 7.5), (0.5, 0.5 * 1.4426950408889634), (2, 2 * 1.4426950408889634),
+                                        (0.0, 0.0), (-0.25, -0.25 * 1.4426950408889634)])
+def test_softmax_scale_is_taken_in_log2_units(value, want):
+    from kvforge.runtime.call_args import scale_log2
+
+    assert scale_log2(value, 7.5) == pytest.approx(want, rel=1e-15, abs=0)
+
+
+@pytest.mark.parametrize("value,err,needle", [
+    (float("nan"), ValueError, "softmax_scale: must be finite, got nan"),
+    (float("inf"), ValueError, "softmax_scale: must be finite, got inf"),
+    ("0.1", TypeError, "softmax_scale: must be a real number (a Python or NumPy float or int) or None, got str"),
+    (True, TypeError, "got bool"), ([0.1], TypeError, "got list")])
+def test_softmax_scales_that_are_not_finite_real_numbers_are_refused_by_name(value, err, needle):
+    from kvforge.runtime.call_args import scale_log2
+
+    with pytest.raises(err) as e:
+        scale_log2(value, 1.0)
+    assert needle in str(e.value)
