@@ -291,18 +291,30 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
 }
 
 // ---- math warpgroups -------------------------------------------------------------------------------
-// Q [kQRows x kDqk] into shared memory (math warpgroup g's rows in block g, swizzled) by 16-byte cp.async,
-// every copy of a thread in flight at once; rows past the group's s_q queries are zero-filled. Issued by the
-// math threads as soon as the CTA knows its work, before the guard; awaited by q_landed.
-__device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
-                                        int num_q_heads, int mt) {
+// Q [kQRows x kDqk] into shared memory by 16-byte cp.async, every copy of a thread in flight at once (a
+// load-then-store loop waits out each load: ~10 us per CTA on the H200, before the first QK); rows the CTA does not
+// own are zero-filled; `at(r, c)` is the byte offset of row r, column c in the template's Q layout. The math threads
+// issue it as soon as the CTA knows its work, before the guard and ahead of the first KV tiles' loads (in the queue
+// for HBM, which the first tiles of every CTA saturate at the start: Q landed ~8 us after the CTA's entry when
+// issued after the barriers' setup, bench/phase_trace.py); each thread then awaits its own copies.
+template <class At>
+__device__ __forceinline__ void issue_q_rows(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
+                                             int num_q_heads, int mt, At at) {
   for (int idx = mt; idx < kQRows * (kDqk / 8); idx += kMathThreads) {
     const int r = idx / (kDqk / 8), c = (idx % (kDqk / 8)) * 8;
     const bool valid = rows.valid(r);
     const T* src =
         valid ? q + ((static_cast<long long>(b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
-    kvforge::sm80::cp_async_16(q_smem + (r / 64) * kQBlockBytes + swizzled(r % 64, c), src, valid);
+    kvforge::sm80::cp_async_16(q_smem + at(r, c), src, valid);
   }
+}
+
+// Q with math warpgroup g's rows in block g, swizzled (issue_q_rows); rows past the group's s_q queries are
+// zero-filled.
+__device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
+                                        int num_q_heads, int mt) {
+  issue_q_rows(q_smem, q, rows, b, s_q, num_q_heads, mt,
+               [](int r, int c) { return (r / 64) * kQBlockBytes + swizzled(r % 64, c); });
 }
 
 // A sequence the guard refused: NaN in every row this CTA owns (out and lse when it is the only

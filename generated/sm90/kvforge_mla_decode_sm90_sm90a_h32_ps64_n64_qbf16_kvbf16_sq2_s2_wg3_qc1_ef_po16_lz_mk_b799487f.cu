@@ -395,21 +395,28 @@ __device__ __forceinline__ MathState make_math_state(int mt, const RowMap& rows,
   return st;
 }
 
-// Q [kQRows x kDqk] into SMEM in the swizzled chunk layout by 16-byte cp.async, every copy of a thread
-// in flight at once (a load-then-store loop waits out each load: ~10 us per CTA on the H200, before
-// the first QK); rows the CTA does not own are zero-filled. Issued by the math threads as soon as the CTA
-// knows its work, before the guard and ahead of the first KV tiles' loads (in the queue for HBM, which the
-// first tiles of every CTA saturate at the start: Q landed ~8 us after the CTA's entry when issued after
-// the barriers' setup, bench/phase_trace.py); awaited by q_landed.
-__device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
-                                        int num_q_heads, int mt) {
+// Q [kQRows x kDqk] into shared memory by 16-byte cp.async, every copy of a thread in flight at once (a
+// load-then-store loop waits out each load: ~10 us per CTA on the H200, before the first QK); rows the CTA does not
+// own are zero-filled; `at(r, c)` is the byte offset of row r, column c in the template's Q layout. The math threads
+// issue it as soon as the CTA knows its work, before the guard and ahead of the first KV tiles' loads (in the queue
+// for HBM, which the first tiles of every CTA saturate at the start: Q landed ~8 us after the CTA's entry when
+// issued after the barriers' setup, bench/phase_trace.py); each thread then awaits its own copies.
+template <class At>
+__device__ __forceinline__ void issue_q_rows(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
+                                             int num_q_heads, int mt, At at) {
   for (int idx = mt; idx < kQRows * (kDqk / 8); idx += kMathThreads) {
     const int r = idx / (kDqk / 8), c = (idx % (kDqk / 8)) * 8;
     const bool valid = rows.valid(r);
     const T* src =
         valid ? q + ((static_cast<long long>(b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk + c : q;
-    kvforge::sm80::cp_async_16(q_smem + swizzled(r, c), src, valid);
+    kvforge::sm80::cp_async_16(q_smem + at(r, c), src, valid);
   }
+}
+
+// Q in the swizzled chunk layout (issue_q_rows); awaited by q_landed.
+__device__ __forceinline__ void issue_q(unsigned char* q_smem, const T* q, const RowMap& rows, int b, int s_q,
+                                        int num_q_heads, int mt) {
+  issue_q_rows(q_smem, q, rows, b, s_q, num_q_heads, mt, [](int r, int c) { return swizzled(r, c); });
 }
 
 // Every tile is consumed. The combine, launched programmatically on sm_90, starts as the CTAs exit: an
