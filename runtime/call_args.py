@@ -50,19 +50,25 @@ class CallShape:
         return 1.0 / math.sqrt(self.head_dim)
 
 
-def scale_log2(softmax_scale, default_log2: float) -> float:
-    """softmax_scale (None: the call's default 1/sqrt(d_qk), given as `default_log2`) in the kernels' log2 units.
-    Any finite real number (0 gives uniform weights over the visible keys, a negative scale favours the
-    smallest scores); anything else is refused by name before a launch."""
-    if softmax_scale is None:
-        return default_log2
-    if type(softmax_scale) is not float and (isinstance(softmax_scale, bool)
-                                             or not isinstance(softmax_scale, numbers.Real)):
+def softmax_scale_value(softmax_scale) -> float | None:
+    """softmax_scale as a float (None stays None: the call's default 1/sqrt(d_qk)): any finite real number (0 gives
+    uniform weights over the visible keys, a negative scale favours the smallest scores); anything else is refused
+    by name before a launch."""
+    if softmax_scale is None or type(softmax_scale) is float and math.isfinite(softmax_scale):
+        return softmax_scale
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
         raise TypeError(f"softmax_scale: must be a real number (a Python or NumPy float or int) or None, "
                         f"got {type(softmax_scale).__name__}")
     if not math.isfinite(softmax_scale):
         raise ValueError(f"softmax_scale: must be finite, got {softmax_scale}")
-    return float(softmax_scale) * LOG2E
+    return float(softmax_scale)
+
+
+def scale_log2(softmax_scale, default_log2: float) -> float:
+    """softmax_scale (checked by softmax_scale_value; None: the default, given as `default_log2`) in the kernels'
+    log2 units."""
+    value = softmax_scale_value(softmax_scale)
+    return default_log2 if value is None else value * LOG2E
 
 
 def _join(values) -> str:

@@ -10,6 +10,8 @@ after the caller imported it.
 """
 import sys
 
+from .call_args import softmax_scale_value
+
 MLA_DV = 512
 
 _ops = None         # torch.ops.kvforge once the ops are registered
@@ -215,8 +217,8 @@ def mla_decode_op(q, kv_cache, block_table, cache_seqlens, *, softmax_scale=None
     goes into the op. With `out` and/or `lse` the out-variant writes them (a missing one is
     allocated) and they are returned."""
     _unsupported_under_compile(stream=stream, config=config, max_seq_len=max_seq_len)
+    scale = softmax_scale_value(softmax_scale)
     ops = _ops or register()
-    scale = None if softmax_scale is None else float(softmax_scale)
     ks = _split_scale("kv_scale", kv_scale)
     if out is None and lse is None:
         return ops.mla_decode(q, kv_cache, block_table, cache_seqlens, scale, bool(causal), bool(check_inputs), *ks)
@@ -239,8 +241,8 @@ def gqa_decode_op(q, k_cache, v_cache, block_table, cache_seqlens, *, softmax_sc
     """kvforge.gqa_decode through the registered op (see mla_decode_op); `stream` and `config`
     must be None; `k_scale` / `v_scale` go into the op."""
     _unsupported_under_compile(stream=stream, config=config)
+    scale = softmax_scale_value(softmax_scale)
     ops = _ops or register()
-    scale = None if softmax_scale is None else float(softmax_scale)
     ks, vs = _split_scale("k_scale", k_scale), _split_scale("v_scale", v_scale)
     if out is None and lse is None:
         return ops.gqa_decode(q, k_cache, v_cache, block_table, cache_seqlens, scale, bool(causal),

@@ -386,3 +386,14 @@ def test_softmax_scales_that_are_not_finite_real_numbers_are_refused_by_name(val
     with pytest.raises(err) as e:
         scale_log2(value, 1.0)
     assert needle in str(e.value)
+
+
+def test_the_torch_ops_take_softmax_scale_by_the_same_check():
+    """Under torch.compile the scale reaches the op through runtime/torch_ops.py: the same check as eager calls
+    (a string is refused, not parsed by float())."""
+    from kvforge.runtime import torch_ops
+
+    with pytest.raises(TypeError, match="softmax_scale: must be a real number"):
+        torch_ops.mla_decode_op(None, None, None, None, softmax_scale="0.1")
+    with pytest.raises(ValueError, match="softmax_scale: must be finite, got inf"):
+        torch_ops.gqa_decode_op(None, None, None, None, None, softmax_scale=float("inf"))
