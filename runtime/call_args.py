@@ -11,7 +11,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from kvforge.codegen.policy import LOG2E, GQA_GROUPS, GQA_HEAD_DIMS, MAX_Q_ROWS, MAX_S_Q, MLA_DIMS, MLA_MAX_HEADS, PAGE_SIZES
+from kvforge.codegen.policy import (GQA_GROUPS, GQA_HEAD_DIMS, LOG2E, MAX_Q_ROWS, MAX_S_Q, MLA_DIMS, MLA_MAX_HEADS,
+                                    PAGE_SIZES)
 
 from .kv_format import KVFormat, cache_format, mla_token_dim
 from .tensors import TensorArg, device_view

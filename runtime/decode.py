@@ -28,7 +28,7 @@ from kvforge.codegen.variant import Variant
 
 from . import torch_ops
 from .call_args import CallShape, check_ranges_on_host, validate
-from .call_args import scale_log2 as softmax_scale_log2  # softmax_scale checked, in the kernels' units
+from .call_args import scale_log2 as softmax_scale_log2
 from .kv_format import KVFormat, planned_format, scale_values
 from .device import device_arch, on_device, sm_count
 from .launch import LaunchError
