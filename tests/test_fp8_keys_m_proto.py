@@ -42,3 +42,28 @@ def test_prototype_refuses_a_ring_the_warpgroups_would_share_by_parity():
 
     with pytest.raises(CompileError, match="a multiple of the math warpgroups"):
         _build(64, 3, 2)
+
+
+def _numerics():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hilo_e4m3_error", SOURCE.with_name("hilo_e4m3_error.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_e4m3_emulation_rounds_as_the_format():
+    np = pytest.importorskip("numpy")
+    m = _numerics()
+    got = m.e4m3(np.array([448.0, 500.0, 0.1, 2.0**-9, 2.0**-11, -1.0625, 1.0625 + 2.0**-6]))
+    # max, saturated, 0.1 -> 13 * 2^-7, the smallest subnormal, below half of it -> 0, ties to even, above the tie
+    assert got.tolist() == [448.0, 448.0, 13 * 2.0**-7, 2.0**-9, 0.0, -1.0, 1.125]
+
+
+def test_hilo_pairs_carry_q_and_p_within_the_bar_and_single_e4m3_does_not():
+    np = pytest.importorskip("numpy")
+    m = _numerics()
+    rng = np.random.default_rng(0)
+    assert m.error(rng, "hilo", "hilo", 1.0, n=512) < 5e-3
+    assert m.error(rng, "single", "exact", 1.0, n=512) > 1e-2

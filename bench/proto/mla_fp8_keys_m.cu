@@ -6,8 +6,11 @@
 //   O^T += V^T P^T  wgmma m64n16k32 e4m3, A = V^T from registers (ldmatrix.trans + byte permutes of the
 //                 same ring slot), B = P^T as two e4m3 tiles (hi = e4m3(256 p), lo = e4m3(256 p - hi)),
 //                 both accumulated into one O^T.
-// One math warpgroup (warps 0-3) and one producer warp (warp 4, TMA). Compile-time constants by -D:
-// KF_PAGE (page size), KF_STAGES (ring depth), KF_HEADS (<= 16).
+// Math warpgroups (warps 0-3, 4-7) and one producer warp after them (TMA). Compile-time constants by #define:
+// KF_PAGE (page size), KF_STAGES (ring depth, a multiple of KF_WGS), KF_HEADS (<= 16), KF_WGS (math
+// warpgroups, 1 or 2, taking alternate tiles), KF_QKC (QK accumulator chains, 1 or 2). Measurement-only defines:
+// KF_ABL_NO_LOADS, KF_ABL_NO_PV, KF_ABL_PV_HI_ONLY (times only, wrong outputs), KF_EAGER_RESCALE.
+// The numerics: bench/proto/hilo_e4m3_error.py; the measurements: bench/RESULTS.md (thirty-second session).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
