@@ -43,6 +43,7 @@ from . import policy
 from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
 from .sm90_gqa import GQA_BLOCK_N, Sm90GqaTiling
+from .sm90_keys_m import KEYS_M_BLOCK_N, KEYS_M_ROWS, KEYS_M_WARPGROUPS, Sm90KeysMTiling
 from .smem import SmemLayout, SmemLayoutBuilder
 
 WGMMA_M = 64
@@ -87,10 +88,12 @@ class Sm90DecodeConfig(DecodeConfig):
                                "tiles, at least 2; fp8: fp8 tiles, converted into one 16-bit tile)")
     qk_chains: int = Field(default=1, ge=1, le=2, description="QK accumulators per math warpgroup: 2 splits the "
                            "k16 steps into two independent wgmma chains (even/odd), summed after")
-    schedule: Literal["lockstep", "seesaw"] = Field(
+    schedule: Literal["lockstep", "seesaw", "keys_m"] = Field(
         default="lockstep", description="math warpgroup schedule: 'lockstep' (each tile's QK split by keys, both "
-        "warpgroups in step) or 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
-        "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does)")
+        "warpgroups in step), 'seesaw' (16-bit KV: tiles in pairs, warpgroup g runs QK over the whole tile 2i+g, "
+        "the two softmaxes handed over so one warpgroup's wgmmas run while the other's softmax does) or 'keys_m' "
+        "(per-tensor fp8 KV, at most 16 query rows: fp8 wgmma with the tile's keys as M, the cache never "
+        "converted, two math warpgroups on alternate tiles; codegen/sm90_keys_m.py)")
 
     lazy_rescale: bool = Field(default=policy.SM90_LAZY_RESCALE, description="DecodeConfig.lazy_rescale, on by "
                                "default here (policy.SM90_LAZY_RESCALE has the measurement)")
@@ -144,6 +147,16 @@ class Sm90DecodeConfig(DecodeConfig):
     def is_gqa(self) -> bool:
         return self.family == "gqa_decode"
 
+    @property
+    def keys_m(self) -> bool:
+        return self.schedule == "keys_m"
+
+    @cached_property
+    def keys_m_tiling(self) -> Sm90KeysMTiling:
+        """Schedule 'keys_m''s tiling (its own kernel, templates/cuda/decode_sm90_keys_m.cu.j2)."""
+        return Sm90KeysMTiling(head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, page_size=self.page_size,
+                               stages=self.num_kv_stages)
+
     @cached_property
     def gqa(self) -> Sm90GqaTiling:
         """The GQA kernel's tiling (family 'gqa_decode' only)."""
@@ -160,6 +173,9 @@ class Sm90DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.backend={self.backend!r}: expected 'sm90'")
         if self.is_gqa:
             self._validate_gqa(where)
+            return
+        if self.keys_m:
+            self._validate_keys_m(where)
             return
         if not self.converts_in_math and self.num_kv_stages < 2:
             raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: a 16-bit KV ring needs 2 to 4 stages "
@@ -201,6 +217,30 @@ class Sm90DecodeConfig(DecodeConfig):
             raise ValueError(f"{where}.block_n={self.block_n}: {self.tile_tx_bytes} B per tile exceed the "
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
 
+    def _validate_keys_m(self, where: str) -> None:
+        """Schedule 'keys_m': per-tensor fp8 MLA, at most 16 query rows, tiles of 64 keys, a ring of 2 or 4 slots;
+        the other schedules' fields keep their defaults (split sequences go to the combine kernel in fp32)."""
+        if not self.is_fp8 or self.scale_mode != "per_tensor":
+            raise ValueError(f"{where}.schedule='keys_m': for fp8 caches with per-tensor scales (kv_dtype='fp8_e4m3', "
+                             f"scale_mode='per_tensor'; got kv_dtype={self.kv_dtype!r}, scale_mode={self.scale_mode!r})")
+        if self.block_n != KEYS_M_BLOCK_N:
+            raise ValueError(f"{where}.block_n={self.block_n}: schedule 'keys_m' takes tiles of {KEYS_M_BLOCK_N} keys "
+                             "(wgmma's M)")
+        others = {"fp8_staging": ("registers", self.fp8_staging), "merge_in_kernel": (False, self.merge_in_kernel),
+                  "partials_16bit": (False, self.partials_16bit), "l2_prefetch_tiles": (0, self.l2_prefetch_tiles),
+                  "l2_evict_first": (False, self.l2_evict_first), "seesaw_b_first": (False, self.seesaw_b_first)}
+        for name, (allowed, got) in others.items():
+            if got != allowed:
+                raise ValueError(f"{where}.{name}={got!r}: schedule 'keys_m' reads the fp8 tiles as they land and "
+                                 f"merges split sequences in the combine kernel; {name} must be {allowed!r}")
+        problems = self.keys_m_tiling.problems(self.heads_per_cta * self.max_s_q)
+        if problems:
+            raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages} / heads_per_cta={self.heads_per_cta} / "
+                             f"max_s_q={self.max_s_q}: {'; '.join(problems)}")
+        if self.keys_m_tiling.tile_tx_bytes > MAX_TX_BYTES:
+            raise ValueError(f"{where}.page_size={self.page_size}: a tile's bytes exceed the mbarrier's transaction "
+                             f"count ({MAX_TX_BYTES})")
+
     def _validate_gqa(self, where: str) -> None:
         """The GQA kernel's limits: 16-bit KV, tiles of 64 keys, at most 128 query rows, the lockstep-free
         single schedule (no MLA schedule fields), a ring that fits shared memory."""
@@ -231,30 +271,42 @@ class Sm90DecodeConfig(DecodeConfig):
     # ---- derived -----------------------------------------------------------------------------
     @property
     def num_consumer_warps(self) -> int:
+        if self.keys_m:
+            return 4 * KEYS_M_WARPGROUPS
         return 4 * (self.gqa.math_warpgroups if self.is_gqa else MATH_WARPGROUPS)
 
     @property
     def q_rows(self) -> int:
+        if self.keys_m:
+            return KEYS_M_ROWS
         return self.gqa.q_rows if self.is_gqa else WGMMA_M
 
     @property
     def threads(self) -> int:
+        if self.keys_m:
+            return self.keys_m_tiling.threads
         return self.gqa.threads if self.is_gqa else 128 * (1 + MATH_WARPGROUPS)
 
     @property
     def math_threads(self) -> int:
+        if self.keys_m:
+            return self.keys_m_tiling.math_threads
         return self.gqa.math_threads if self.is_gqa else 128 * MATH_WARPGROUPS
 
     @property
     def acc_regs_per_thread(self) -> int:
         if self.is_gqa:
             return self.gqa.acc_regs
+        if self.keys_m:  # O^T: head_dim_v x 16 rows per warpgroup
+            return self.head_dim_v * KEYS_M_ROWS // 128
         return WGMMA_M * self.head_dim_v // self.math_threads
 
     @property
     def ctas_per_sm(self) -> int:
         """GQA: the tiling's (two where a one-warpgroup CTA leaves room, for the register split it is built
-        with); MLA: by shared memory (one)."""
+        with); MLA: by shared memory (one); schedule 'keys_m': one (by registers)."""
+        if self.keys_m:  # its 288 threads hold ~168 registers each: one CTA per SM whatever the ring's depth
+            return 1
         return self.gqa.ctas_per_sm if self.is_gqa else super().ctas_per_sm
 
     @property
@@ -346,6 +398,8 @@ class Sm90DecodeConfig(DecodeConfig):
     @property
     def tile_tx_bytes(self) -> int:
         """Bytes a full tile brings into its ring slot (the full barrier's transaction count)."""
+        if self.keys_m:
+            return self.keys_m_tiling.tile_tx_bytes
         if self.is_fp8:
             return self.block_n * (self.kv_token_bytes + self.kv8_scale_row_bytes)
         return self.boxes_per_tile * self.chunks_qk * self.box_bytes
@@ -396,7 +450,7 @@ class Sm90DecodeConfig(DecodeConfig):
             geometry = paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.gqa.box_rows,
                                           per_kv_head=True)
             return (("k_map", "k_cache", geometry), ("v_map", "v_cache", geometry))
-        return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 or self.converts_in_slot else ()
+        return (("kv_map", "k_cache", self.kv_map),) if not self.is_fp8 or self.converts_in_slot or self.keys_m else ()
 
     @property
     def seesaw(self) -> bool:
@@ -425,6 +479,8 @@ class Sm90DecodeConfig(DecodeConfig):
         # the producer thread's arrive.expect_tx (the TMA or bulk-copy bytes complete the phase), or
         # every producer thread once its share of the converted tile is stored ('slot': each sub-stage
         # has its own half of the producer warpgroup)
+        if self.keys_m:
+            return 1
         if self.converts_in_slot:
             return 128 // self.kv_subs
         return 128 if self.converts_in_producer else 1
@@ -442,6 +498,8 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def empty_arrivals(self) -> int:
+        if self.keys_m:
+            return 4  # the four warps of the warpgroup that took the tile, once its V^T fragments are in registers
         return self.math_threads  # every math thread releases each (sub-)stage once per tile (release_all)
 
     @property
@@ -481,6 +539,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def layout(self) -> SmemLayout:
         if self.is_gqa:
             return self.gqa.layout
+        if self.keys_m:
+            return self.keys_m_tiling.layout
         b = SmemLayoutBuilder()
         b.add("q", self.chunks_qk * WGMMA_M * 128, align=SWIZZLE_ATOM_BYTES)
         b.add("kv_stages", self.kv16_tiles * self.stage_bytes, align=SWIZZLE_ATOM_BYTES)
@@ -530,6 +590,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def backend_name_fields(self) -> list[str]:
         if self.is_gqa:
             return [f"s{self.num_kv_stages}", f"wg{1 + self.gqa.math_warpgroups}"] + (["ef"] if self.l2_evict_first else [])
+        if self.keys_m:
+            return [f"s{self.num_kv_stages}", f"wg{KEYS_M_WARPGROUPS}", f"qc{self.qk_chains}", "keysm"]
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["bf"] if self.seesaw_b_first else [])
                 + (["f8reg"] if self.converts_in_producer else [])

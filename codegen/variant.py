@@ -74,6 +74,8 @@ class Variant:
             return "cuda/pipeline_selftest.cu.j2"
         if self.backend == "sm90" and self.family == "gqa_decode":
             return "cuda/decode_sm90_gqa.cu.j2"  # its own kernel (codegen/sm90_gqa.py)
+        if self.backend == "sm90" and self.config.schedule == "keys_m":
+            return "cuda/decode_sm90_keys_m.cu.j2"  # its own kernel (codegen/sm90_keys_m.py)
         return f"{self.language}/decode_{self.backend}.{'hip' if self.language == 'hip' else 'cu'}.j2"
 
     @property

@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_sm90|fp8_gqa_prescaled|fp8_mla_sm90_slot|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_sm90|fp8_gqa_prescaled|fp8_mla_sm90_slot|fp8_mla_sm90_keys_m|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -230,6 +230,21 @@ def fp8_slot_case():
         assert not bool(torch.isnan(out).any())
 
 
+def fp8_keys_m_case():
+    """Per-tensor fp8 MLA on schedule 'keys_m' (fp8 wgmma, keys as M): 16 heads over 16-key pages with a split
+    sequence on a 2-slot ring, 8 heads with s_q = 2 causal over 128-key pages (half-page tiles) on 4 slots."""
+    from kvforge.codegen.select import sm90_keys_m_choice
+
+    for hq, s_q, page_size, stages, lens in ((16, 1, 16, 2, [1500, 40, 1]), (8, 2, 128, 4, [700, 5])):
+        cfg = sm90_keys_m_choice("bf16", page_size, s_q, stages=stages)
+        case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens,
+                         seed=9)
+        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
+        out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1,
+                                    config=cfg)
+        assert not bool(torch.isnan(out).any())
+
+
 def selftest_case(fill, arrive):
     from kvforge.codegen.variant import variant_from_dict
     from kvforge.runtime.selftest import launch_pipeline_selftest, reference_sums
@@ -258,6 +273,8 @@ elif what == "fp8_gqa_prescaled":
     fp8_gqa_prescaled_case()
 elif what == "fp8_mla_sm90_slot":
     fp8_slot_case()
+elif what == "fp8_mla_sm90_keys_m":
+    fp8_keys_m_case()
 elif what.startswith("fp8_"):
     fp8_case(what.removeprefix("fp8_"))
 elif what == "mla_decode_sm90":

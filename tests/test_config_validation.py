@@ -123,7 +123,7 @@ INVALID = [
                         fp8_staging="slot"),
      ["fp8_staging='slot'", "scale_mode='per_tensor'", "scale_mode='block'"]),
     (DecodeConfig, dict(SM90, schedule="seesaw", fp8_staging="slot"), ["fp8_staging='slot'", "fp8 KV only"]),
-    (DecodeConfig, dict(SM90, schedule="pingpong"), ["schedule", "'lockstep' or 'seesaw'"]),
+    (DecodeConfig, dict(SM90, schedule="pingpong"), ["schedule", "'lockstep', 'seesaw' or 'keys_m'"]),
     (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="fp8_ds_mla", num_kv_stages=2, fp8_staging="fp8_ring"),
      ["num_kv_stages=2", "232448 B", "kv8_stages"]),
     (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", num_kv_stages=1),

@@ -686,3 +686,56 @@ def test_gqa_fp8_on_the_sm90_kernel(layout, block, d, page_size, group, s_q, dty
     out, lse = _poisoned(c, "gqa_decode")
     _run("gqa_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
     _check("gqa_decode", c, out, lse, causal=s_q > 1)
+
+
+def _keys_m(page_size, s_q, dtype="bf16", **kw):
+    from kvforge.codegen.select import sm90_keys_m_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    return sm90_keys_m_choice(dtype, page_size, s_q, **kw)
+
+
+@pytest.mark.parametrize("heads,s_q,page_size,lens,dtype,stages,qk_chains,scale_as", [
+    (16, 1, 64, LENS_RAGGED, "bf16", 4, 1, "tensor"),      # ragged, lengths 0 and 1, partial tiles
+    (16, 1, 16, [1, 130, 64, 5, 1000], "fp16", 2, 2, "float"),  # tiles over 4 pages, two chains, host scale
+    (8, 2, 128, [1, 130, 64, 5], "bf16", 4, 1, "tensor"),  # causal s_q = 2, half-page tiles, 8 heads
+    (4, 4, 32, [3, 300, 65, 128], "bf16", 2, 1, "tensor"),  # causal s_q = 4
+    (16, 1, 64, [9000], "bf16", 4, 1, "tensor"),             # one long sequence: split, the combine kernel
+    (32, 1, 64, [700, 2], "bf16", 4, 1, "tensor"),           # two head blocks
+])
+def test_mla_fp8_keys_m(heads, s_q, page_size, lens, dtype, stages, qk_chains, scale_as):
+    """Schedule 'keys_m' pinned (per-tensor fp8, <= 16 query rows per CTA, fp8 wgmma with keys as M): ragged,
+    causal, split, fp16 queries, both ring depths and QK chain counts, the scale as a float and as a device
+    tensor; NaN bytes in unused pages and past every length (sm_90 only)."""
+    cfg = _keys_m(page_size, s_q, dtype, stages=stages, qk_chains=qk_chains)
+    assert cfg.schedule == "keys_m" and cfg.backend == "sm90"
+    c = make_fp8_case("mla_decode", "per_tensor", scale_as=scale_as, batch=len(lens), s_q=s_q, hq=heads, hkv=1,
+                      d=576, page_size=page_size, lens=lens, seed=heads + s_q + page_size, dtype=dtype)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
+def test_mla_fp8_keys_m_graph_replay_reads_the_device_scale():
+    import torch
+
+    cfg = _keys_m(64, 1)
+    c = make_fp8_case("mla_decode", "per_tensor", batch=2, s_q=1, hq=16, hkv=1, d=576, page_size=64,
+                      lens=[3000, 700], seed=12)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, out=out, lse=lse, config=cfg)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run("mla_decode", c, out=out, lse=lse, config=cfg)
+    k0 = c.k_scale.clone()
+    for factor in (1.0, 0.5, 3.0):
+        c.k_scale.copy_(k0 * factor)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want_o, want_l = reference("mla_decode", c.base.host, causal=False, k=c.deq_k * factor, v=c.deq_v * factor)
+        assert_matches(out, lse, want_o, want_l, tol=TOL, what=f"scale x{factor}")

@@ -150,10 +150,10 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
     text = render_launch_header(family, variants)
     declared = {m.group(1): [t.strip() for t in m.group(2).split(",")] for m in _DECL.finditer(text)}
     assert declared == {k.symbol: [a.ctype for a in k.args] for v in variants for k in v.kernels}
-    # sm90: a map over the cache (16-bit, or fp8 bytes for fp8_staging='slot'; the other fp8 stagings load
-    # without one)
+    # sm90: a map over the cache (16-bit, or fp8 bytes for fp8_staging='slot' and schedule 'keys_m'; the other fp8
+    # stagings load without one)
     sm90 = [v for v in variants if v.backend == "sm90" and v.family == "mla_decode"
-            and (not v.config.is_fp8 or v.config.converts_in_slot)]
+            and (not v.config.is_fp8 or v.config.converts_in_slot or v.config.keys_m)]
     # GQA (the sm80 kernel with kv_load='tma', and the sm90 GQA kernel on 16-bit caches; on fp8 ones its producers
     # load the rows into registers, without maps): k_map and v_map
     tma = [v for v in variants if getattr(v.config, "kv_load", "") == "tma"

@@ -52,16 +52,19 @@ def _sm90_representatives():
     QK accumulator chains)."""
     picked = {}
     for v in sorted(load_matrix(), key=lambda v: v.name):
-        if v.family == "mla_decode" and v.backend == "sm90":
+        if v.family == "mla_decode" and v.backend == "sm90" and v.config.schedule != "keys_m":
             picked.setdefault((v.config.boxes_per_tile > 1, v.config.max_s_q > 1, v.config.qk_chains), v)
     return list(picked.values())
 
 
 SM90 = _sm90_representatives()
-ALL_SM90 = [v for v in sorted(load_matrix(), key=lambda v: v.name) if v.family == "mla_decode" and v.backend == "sm90"]
+# the sm90 kernels with 16-bit wgmma operands (schedule 'keys_m', fp8 operands, has its own test below)
+ALL_SM90 = [v for v in sorted(load_matrix(), key=lambda v: v.name)
+            if v.family == "mla_decode" and v.backend == "sm90" and v.config.schedule != "keys_m"]
+KEYS_M = [v for v in sorted(load_matrix(), key=lambda v: v.name) if v.backend == "sm90" and getattr(v.config, "schedule", "") == "keys_m"]
 # every sm90 main kernel: MLA's and GQA's wgmma kernels
 SM90_MAIN = [v for v in sorted(load_matrix(), key=lambda v: v.name)
-             if v.family in ("mla_decode", "gqa_decode") and v.backend == "sm90"]
+             if v.family in ("mla_decode", "gqa_decode") and v.backend == "sm90" and getattr(v.config, "schedule", "") != "keys_m"]
 
 
 def sass_functions(cubin: bytes, tmp_path: Path) -> dict[str, str]:
@@ -140,6 +143,28 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
     assert cfg.producer_regs + math_wgs * cfg.math_regs <= (1 + math_wgs) * res.registers, (
         f"setmaxnreg {cfg.producer_regs} + {math_wgs} x {cfg.math_regs} exceeds {1 + math_wgs} x {res.registers}; "
         f"{report}")
+
+
+@needs_nvrtc
+@needs_cuobjdump
+@pytest.mark.parametrize("variant", KEYS_M, ids=lambda v: v.name)
+def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(variant, tmp_path):
+    """Schedule 'keys_m': fp8 wgmma (QGMMA: 18 QK k32 steps and 8 dim blocks x 2 key steps x hi/lo PV products per
+    tile), no 16-bit wgmma (the cache never becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA
+    (UTMALDG), no local memory, no serialised wgmma, no explicit PDL trigger."""
+    from kvforge.runtime import compile
+
+    k = compile(variant)
+    main = sass_functions(k.cubin, tmp_path)[variant.name]
+    ops = [m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", main, re.M)]
+    assert ops.count("QGMMA") == 18 + 32, ops.count("QGMMA")
+    assert "HGMMA" not in ops and "PREEXIT" not in ops
+    for op in ("LDSM", "UTMALDG"):
+        assert op in ops, f"no {op}"
+    assert not re.search(r"\b(?:LDL|STL)\b", main), "local memory"
+    assert k.resources.spill_store_bytes == k.resources.spill_load_bytes == 0, k.resources
+    assert "C7515" not in k.log, "ptxas serialised the wgmma pipeline"
+    assert KEYS_M, "the default matrix has schedule 'keys_m' variants"
 
 
 def _combine_representatives():

@@ -114,12 +114,19 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     """fp8 caches follow the 16-bit rule: the sm90 kernel (fp8 tiles staged in the producers' registers
     into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (every layout dequantized in
     the consumers' registers from bulk-copied rows, fp16 MMAs); in the arch's shared memory, fp16
-    MMAs for per-tensor scales on sm90."""
+    MMAs for per-tensor scales on sm90. Except per-tensor fp8 at 16 rows or fewer: the sm90 kernel of schedule
+    'keys_m' (fp8 wgmma, keys as M; the fp8 tiles by TMA, 4 stages)."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
     rows = heads * s_q
-    assert cfg.backend == ("sm90" if rows > 16 else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
-    if cfg.backend == "sm80":
+    keys_m = rows <= 16 and mode == "per_tensor"
+    assert cfg.backend == ("sm90" if rows > 16 or keys_m else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
+    assert (cfg.backend == "sm90" and cfg.schedule == "keys_m") == keys_m
+    if keys_m:
+        assert cfg.num_kv_stages == 4 and cfg.full_arrivals == 1 and cfg.threads == 288 and cfg.ctas_per_sm == 1
+        assert cfg.heads_per_cta * cfg.max_s_q == 16 and cfg.max_s_q == s_q
+        assert any(a.name == "kv_map" for a in Variant(cfg).contracts["main"].args)
+    elif cfg.backend == "sm80":
         assert cfg.threads <= 384 and cfg.max_s_q >= s_q
         assert cfg.fp8_convert == "registers" and cfg.convert is None and cfg.kv_load == "bulk"
         assert cfg.register_block_scales == (mode != "per_tensor")
@@ -288,9 +295,9 @@ def test_fp8_gqa_takes_tma_for_per_tensor_tiles_of_128_byte_rows_on_sm_90(d, sca
     if load == "tma":
         assert (cfg.block_n, cfg.pipeline.num_producer, cfg.pipeline.num_consumer, cfg.ctas_per_sm) == (64, 1, 4, 2)
         assert cfg.num_kv_stages == (6 if d == 128 else 3)
-    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
+    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1, backend="sm80",
                                scale_mode=scale_mode, scale_block_size=block)
-    assert mla.kv_load == "bulk" and mla.fp8_registers  # MLA asked for sm_90 here: every layout in registers
+    assert mla.kv_load == "bulk" and mla.fp8_registers  # MLA on the sm80 backend here: every layout in registers
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
@@ -305,7 +312,7 @@ def test_fp8_gqa_per_tensor_dequantizes_in_registers(d):
                                scale_block_size=32)
     assert blk.fp8_convert == "registers" and blk.convert is None and blk.pv_dtype == "fp16" and blk.v_scale_normalized
     assert blk.stage_bytes == 2 * blk.block_n * d + 2 * (d // 32) * blk.block_n * 4
-    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1,
+    mla = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=16, head_dim=576, s_q=1, backend="sm80",
                                scale_mode="per_tensor")
     assert mla.fp8_convert == "registers" and mla.qk_depth_split and mla.cols_per_warp == 128
     mla2 = select_decode_config("mla_decode", "sm_90", "bf16", 32, heads=16, head_dim=576, s_q=2, backend="sm80",

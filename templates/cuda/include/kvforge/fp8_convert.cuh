@@ -36,6 +36,24 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 two) {
   return out;
 }
 
+// Two floats -> two e4m3 values (`lo` in the low byte), rounded to nearest, saturated to +-448.
+__device__ __forceinline__ unsigned short f32x2_e4m3(float lo, float hi) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+// Two e4m3 values (low byte = element 0) -> two floats (exact).
+__device__ __forceinline__ float2 e4m3x2_f32(unsigned short two) {
+  const u32 h = e4m3x2_to_f16x2(two);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+// Bytes of {a, b} (a's bytes 0-3, b's 4-7) picked by the four nibbles of `sel`, lowest first.
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 template <class T>
 __device__ __forceinline__ u32 pack2(float lo, float hi);
 template <>

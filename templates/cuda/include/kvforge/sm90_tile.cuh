@@ -299,6 +299,34 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const u32
   }
 }
 
+// fp8 (e4m3) products, both operands K-major (the only major-ness wgmma takes for 8-bit types):
+// D[64 x 32] (+)= A[64 x 32] B[32 x 32], A and B in shared memory. accumulate = 0 overwrites D.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 16] += A[64 x 32] B[32 x 16], A from registers (a[0..3]: four e4m3 each, rows 16 w + l / 4 and +8, k
+// 4 (l % 4) .. +3 and +16; the mma.m16n8k32 A layout per warp), B in shared memory.
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const u32 (&a)[4], u64 desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// Four 8 x 8 b16 matrices transposed from shared memory (lane l gives row l % 8 of matrix l / 8): thread l gets,
+// of each, the b16 elements (row 2 (l % 4), column l / 4) and (row 2 (l % 4) + 1, same column), low half first.
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32 (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
 #undef KVFORGE_WGMMA_M64N32K16_SS
 #undef KVFORGE_WGMMA_M64N64K16_RS_TB
 #undef KVFORGE_WGMMA_M64N128K16_RS_TB

@@ -1,0 +1,66 @@
+"""A/B of schedule 'keys_m' (per-tensor fp8 MLA by fp8 wgmma with keys as M, codegen/sm90_keys_m.py) against the
+built-in fp8 call and the built-in 16-bit call, per shape (issue 9's target: per-tensor fp8 >= 1.8x kvforge's 16-bit
+at b=128 s_k=4096 h=16).
+
+    python bench/keys_m_ab.py [--rounds 3] [--stages 4] [--qk-chains 1]
+
+Same method as bench/bench.py (graph replays, KV copies rotating past the L2, the calls of a shape captured
+together and timed in rounds of rotating order, the median per call); 'rel' is keys_m's relative L2 difference
+from the built-in fp8 call's output.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import kvforge  # noqa: E402
+from bench import Shape, interleaved_ms, kv_copies, make_inputs  # noqa: E402
+from fp8 import kv_bytes, quantized  # noqa: E402
+
+from kvforge.codegen.select import sm90_keys_m_choice  # noqa: E402
+
+SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16), Shape("mla_decode", 32, 8192, 16),
+          Shape("mla_decode", 2, 16384, 16), Shape("mla_decode", 128, 4096, 8, s_q=2),
+          Shape("mla_decode", 64, 4096, 32), Shape("mla_decode", 128, 1024, 16, page=16),
+          Shape("mla_decode", 128, 4096, 32), Shape("mla_decode", 128, 4096, 64)]  # past 16 rows: several head blocks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--qk-chains", type=int, default=1)
+    ap.add_argument("--shapes", default="", help="indices into SHAPES (comma-separated; default all)")
+    args = ap.parse_args()
+    picked = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    print("| shape | 16-bit built-in ms | fp8 built-in ms (x 16-bit) | keys_m ms (x 16-bit) | keys_m / fp8 built-in | rel |")
+    print("|---|---|---|---|---|---|")
+    for sh in picked:
+        cfg = sm90_keys_m_choice("bf16", sh.page, sh.s_q, stages=args.stages, qk_chains=args.qk_chains)
+        copies = kv_copies(kv_bytes(sh, "per_tensor", None))
+        q, kv, bt, lens = make_inputs(sh, copies)
+        qkv = quantized(sh, kv, "per_tensor", None)
+        causal = sh.s_q > 1
+
+        def call(entry, config=None):
+            return kvforge.mla_decode(q, entry[0], bt, lens, kv_scale=entry[2], causal=causal, config=config,
+                                      max_seq_len=sh.s_k)[0]
+
+        variants = {
+            "16-bit": [lambda k=k: kvforge.mla_decode(q, k, bt, lens, causal=causal, max_seq_len=sh.s_k) for k, _ in kv],
+            "fp8": [lambda e=e: call(e) for e in qkv],
+            "keys_m": [lambda e=e: call(e, cfg) for e in qkv],
+        }
+        rel = float((call(qkv[0], cfg).float() - call(qkv[0]).float()).norm() / call(qkv[0]).float().norm())
+        ms = interleaved_ms(variants, rounds=args.rounds)
+        b16 = ms["16-bit"]
+        print(f"| {sh.label} p{sh.page} | {b16:.4f} | {ms['fp8']:.4f} ({b16 / ms['fp8']:.2f}x) | {ms['keys_m']:.4f} "
+              f"({b16 / ms['keys_m']:.2f}x) | {ms['fp8'] / ms['keys_m']:.3f} | {rel:.1e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The sm90 MLA kernel for per-tensor fp8 caches and at most 16 query rows per CTA (schedule 'keys_m'), placed
+by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M, the cache never converted.
+
+One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp
+loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
+`num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
+Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
+row), the softmax over keys per query row (the tile maximum through shared memory), P^T as two e4m3 tiles
+(hi = e4m3(256 p), lo = e4m3(256 p - hi)), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
+same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...):
+P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
+hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
+the split partials. bench/RESULTS.md, "fp8 MLA at 16 heads by fp8 wgmma with keys as M", has the measurements
+and the numerics (bench/proto/hilo_e4m3_error.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .pipeline import MBARRIER_BYTES
+from .smem import SmemLayout, SmemLayoutBuilder
+
+KEYS_M_ROWS = 16            # query rows per CTA: the wgmma N of the PV product (and half the QK product's)
+KEYS_M_WARPGROUPS = 2       # math warpgroups, alternate tiles
+KEYS_M_BLOCK_N = 64         # keys per tile: wgmma M
+FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle span
+QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
+P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile (hi or lo): 16 rows of 128 bytes (64 used)
+ALIGN_SLACK = 1024 - 16
+
+
+@dataclass(frozen=True)
+class Sm90KeysMTiling:
+    head_dim_qk: int
+    head_dim_v: int
+    page_size: int
+    stages: int
+
+    @property
+    def math_threads(self) -> int:
+        return 128 * KEYS_M_WARPGROUPS
+
+    @property
+    def threads(self) -> int:
+        """The math warpgroups, then one producer warp."""
+        return self.math_threads + 32
+
+    @property
+    def chunks(self) -> int:
+        """128-column fp8 chunks of a cached row (the last one zero-filled past head_dim_qk by the TMA)."""
+        return -(-self.head_dim_qk // FP8_BOX_COLS)
+
+    @property
+    def chunk_bytes(self) -> int:
+        return KEYS_M_BLOCK_N * 128
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.chunks * self.chunk_bytes
+
+    @property
+    def qt_chunk_bytes(self) -> int:
+        return QT_ROWS * 128
+
+    @property
+    def box_rows(self) -> int:
+        return min(self.page_size, KEYS_M_BLOCK_N)
+
+    @property
+    def boxes_per_tile(self) -> int:
+        return KEYS_M_BLOCK_N // self.box_rows
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_rows * 128
+
+    @property
+    def qk_steps(self) -> int:
+        """k32 steps of the QK product."""
+        return self.head_dim_qk // 32
+
+    @property
+    def dv_blocks(self) -> int:
+        """64-dim blocks of the PV product's M."""
+        return self.head_dim_v // 64
+
+    @property
+    def layout(self) -> SmemLayout:
+        """Q^T (hi and lo rows), per math warpgroup its P^T tiles (hi, lo) and reduction scratch, the warpgroups'
+        row statistics and Q's row scales, the ring, its barriers, room to round the base up to 1024 B; the
+        epilogue's hand-over of warpgroup 1's O^T over the ring (idle by then)."""
+        b = SmemLayoutBuilder()
+        b.add("qt", self.chunks * self.qt_chunk_bytes, align=1024)
+        b.add("p_tiles", KEYS_M_WARPGROUPS * 2 * P_TILE_BYTES, align=1024)
+        b.add("red", KEYS_M_WARPGROUPS * 1024, align=16)  # float[2][4][16] tile maxima, float[4][16] sums
+        b.add("stats", KEYS_M_WARPGROUPS * 2 * KEYS_M_ROWS * 4, align=16)  # per warpgroup: row max, row sum
+        b.add("q_scale", KEYS_M_ROWS * 4, align=16)
+        b.add("kv_stages", self.stages * self.stage_bytes, align=1024)
+        b.add("barriers", 2 * self.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
+        b.add("align_slack", ALIGN_SLACK, align=16)
+        b.overlay("o_xfer", "kv_stages", self.o_xfer_bytes)
+        return b.build(aliases=(("o_xfer", "kv_stages"),))
+
+    @property
+    def o_xfer_bytes(self) -> int:
+        """Warpgroup 1's O^T (fp32, thread-major) handed to warpgroup 0."""
+        return 128 * (self.head_dim_v * KEYS_M_ROWS // 128) * 4
+
+    @property
+    def tile_tx_bytes(self) -> int:
+        return self.boxes_per_tile * self.chunks * self.box_bytes
+
+    def problems(self, rows: int) -> list[str]:
+        out = []
+        if rows > KEYS_M_ROWS:
+            out.append(f"{rows} query rows (heads_per_cta x max_s_q): schedule 'keys_m' holds at most {KEYS_M_ROWS}")
+        if self.stages % KEYS_M_WARPGROUPS or not 2 <= self.stages <= 4:
+            out.append(f"num_kv_stages={self.stages}: schedule 'keys_m' takes 2 or 4 (a multiple of its "
+                       f"{KEYS_M_WARPGROUPS} math warpgroups, which wait on their slots by parity)")
+        if self.head_dim_qk % 32 or self.head_dim_v % 64 or self.head_dim_v > self.head_dim_qk:
+            out.append(f"head dims {self.head_dim_qk}/{self.head_dim_v}: k32 steps and 64-dim blocks")
+        return out
