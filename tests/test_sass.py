@@ -151,7 +151,7 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
 def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(variant, tmp_path):
     """Schedule 'keys_m': fp8 wgmma (QGMMA: 18 QK k32 steps and 8 dim blocks x 2 key steps x hi/lo PV products per
     tile), no 16-bit wgmma (the cache never becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA
-    (UTMALDG), no local memory, no serialised wgmma, no explicit PDL trigger."""
+    (UTMALDG), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger."""
     from kvforge.runtime import compile
 
     k = compile(variant)
@@ -161,8 +161,10 @@ def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(vari
     assert "HGMMA" not in ops and "PREEXIT" not in ops
     for op in ("LDSM", "UTMALDG"):
         assert op in ops, f"no {op}"
-    assert not re.search(r"\b(?:LDL|STL)\b", main), "local memory"
-    assert k.resources.spill_store_bytes == k.resources.spill_load_bytes == 0, k.resources
+    # 288 threads cap it at 168 registers: ptxas keeps a few words on the stack (24 B at s_q = 1), reloaded from L1
+    # once or twice a tile; the k steps' descriptors folded into base + offset (1.015-1.065x, bench/RESULTS.md) cost
+    # them. Bounded here, so that a growing spill shows.
+    assert k.resources.spill_store_bytes <= 32 and k.resources.spill_load_bytes <= 96, k.resources
     assert "C7515" not in k.log, "ptxas serialised the wgmma pipeline"
     assert KEYS_M, "the default matrix has schedule 'keys_m' variants"
 
@@ -334,7 +336,8 @@ def test_fp8_conversion_uses_the_hardware_e4m3_instructions(variant, tmp_path):
     res = k.resources
     main = sass_functions(k.cubin, tmp_path)[variant.name]
     assert re.search(r"\bF2FP\.F16\.E4M3\b", main), "no F2FP.F16.E4M3 (hardware e4m3 conversion) in the kernel"
-    spill_ok = 64 if variant.config.heads_per_cta * variant.config.max_s_q >= 64 else 0
+    keys_m = getattr(variant.config, "schedule", "") == "keys_m"  # 24 B: its own SASS test says why
+    spill_ok = 64 if variant.config.heads_per_cta * variant.config.max_s_q >= 64 else 32 if keys_m else 0
     assert res.spill_store_bytes <= spill_ok, (
         f"{variant.name}: {res.spill_store_bytes} B of spill stores at {res.registers} registers")
 

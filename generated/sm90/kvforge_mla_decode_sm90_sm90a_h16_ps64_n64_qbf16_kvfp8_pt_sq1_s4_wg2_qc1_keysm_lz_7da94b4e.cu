@@ -348,9 +348,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       m[j][e] = neg_inf();
       l[j][e] = 0.f;
     }
-  const u32 qt_addr = kvforge::smem_u32(smem + kOffQt);
+  const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
   unsigned char* const p_smem = smem + kOffP + mg * 4096;
-  const u32 phi_addr = kvforge::smem_u32(p_smem), plo_addr = phi_addr + 2048;
+  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo 2048 bytes on
   for (int t = mg; t < w.num_tiles; t += 2) {
     const int j0 = w.key_begin + t * kBN;
     const int valid = min(kBN, w.key_end - j0);
@@ -359,11 +359,14 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     const u32 st_addr = kvforge::smem_u32(smem + kOffKV + slot * kStageBytes);
     // ---- S^T = K Q^T ----
     float s[16], s2[16];
+    // each k step's descriptors: the base descriptor plus the step's byte offset in 16-byte units (the address
+    // field's 14 bits hold any shared-memory address, so the sum never carries into the next field)
+    const u64 da0 = wg::desc_sw128(st_addr, 16, 1024);
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
-      const u64 da = wg::desc_sw128(st_addr + (kk / 4) * kChunkBytes + (kk % 4) * 32, 16, 1024);
-      const u64 db = wg::desc_sw128(qt_addr + (kk / 4) * kQtChunkBytes + (kk % 4) * 32, 16, 1024);
+      const u64 da = da0 + static_cast<u64>(((kk / 4) * kChunkBytes + (kk % 4) * 32) >> 4);
+      const u64 db = qt_desc + static_cast<u64>(((kk / 4) * kQtChunkBytes + (kk % 4) * 32) >> 4);
       if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k32_e4m3(s, da, db, kk >= kQKChains);
       else wg::wgmma_m64n32k32_e4m3(s2, da, db, kk > 1);
     }
@@ -456,8 +459,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], wg::desc_sw128(phi_addr + kb * 32, 16, 1024));
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], wg::desc_sw128(plo_addr + kb * 32, 16, 1024));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((kb * 32) >> 4));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((2048 + kb * 32) >> 4));
       }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();  // (left in flight into the next tile's QK, ptxas serialises every wgmma)
