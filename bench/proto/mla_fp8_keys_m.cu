@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "kvforge/pipeline.cuh"
+#include "kvforge/fp8_convert.cuh"
 #include "kvforge/sm90_tile.cuh"
 
 namespace {
@@ -57,48 +58,15 @@ static_assert(kStages % kWGs == 0, "ring stages: a multiple of the math warpgrou
 using Ring = kvforge::KVRing<kStages, 1, 1, 4>;  // empty: the 4 warps of the tile's warpgroup
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-  u32 d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
-// two floats -> two e4m3 bytes (lo in the low byte), saturated
-__device__ __forceinline__ unsigned short f32x2_e4m3(float lo, float hi) {
-  unsigned short d;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ float2 e4m3x2_f32(unsigned short v) {
-  u32 h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(v));
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
+using kvforge::fp8::e4m3x2_f32;
+using kvforge::fp8::f32x2_e4m3;
+using kvforge::fp8::prmt;
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
-__device__ __forceinline__ void wgmma_qk(float (&d)[16], u64 da, u64 db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db), "r"(acc));
-}
-__device__ __forceinline__ void wgmma_pv(float (&d)[8], const u32 (&a)[4], u64 db) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, %12, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32 (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
 // byte offset of (row, byte col) in a 128-byte-swizzle tile of `kRowsPerChunk`-row chunks
 template <int kChunk>
 __device__ __forceinline__ int sw(int row, int col) {
@@ -254,8 +222,8 @@ __device__ void math(const Ring& ring, unsigned char* smem, const __nv_bfloat16*
     for (int kk = 0; kk < kDqk / 32; ++kk) {
       const u64 da = wg::desc_sw128(st_addr + (kk / 4) * kChunkBytes + (kk % 4) * 32, 16, 1024);
       const u64 db = wg::desc_sw128(qt_addr + (kk / 4) * kQtChunkBytes + (kk % 4) * 32, 16, 1024);
-      if (kQKChains == 1 || kk % 2 == 0) wgmma_qk(s, da, db, kk >= kQKChains);
-      else wgmma_qk(s2, da, db, kk > 1);
+      if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k32_e4m3(s, da, db, kk >= kQKChains);
+      else wg::wgmma_m64n32k32_e4m3(s2, da, db, kk > 1);
     }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
@@ -328,7 +296,7 @@ __device__ void math(const Ring& ring, unsigned char* smem, const __nv_bfloat16*
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
         u32 R[4];
-        ldsm_x4_t(st_addr + (d / 2) * kChunkBytes + kb * 32 * 128 + lds_off[d % 2], R);
+        wg::ldmatrix_x4_trans(st_addr + (d / 2) * kChunkBytes + kb * 32 * 128 + lds_off[d % 2], R);
         if (valid < kBN) {
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) {
@@ -351,10 +319,10 @@ __device__ void math(const Ring& ring, unsigned char* smem, const __nv_bfloat16*
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
 #ifndef KF_ABL_NO_PV  // measurement only: the fragments built, no PV product
-        wgmma_pv(o[d], a[d][kb], wg::desc_sw128(phi_addr + kb * 32, 16, 1024));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], wg::desc_sw128(phi_addr + kb * 32, 16, 1024));
 #endif
 #if !defined(KF_ABL_NO_PV) && !defined(KF_ABL_PV_HI_ONLY)
-        wgmma_pv(o[d], a[d][kb], wg::desc_sw128(plo_addr + kb * 32, 16, 1024));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], wg::desc_sw128(plo_addr + kb * 32, 16, 1024));
 #endif
       }
     wg::wgmma_commit();
