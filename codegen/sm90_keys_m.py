@@ -11,7 +11,7 @@ same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys
 P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
 hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
 the split partials. bench/RESULTS.md, "fp8 MLA at 16 heads by fp8 wgmma with keys as M", has the measurements
-and the numerics (bench/proto/hilo_e4m3_error.py).
+and the numerics (bench/hilo_e4m3_error.py).
 """
 from __future__ import annotations
 

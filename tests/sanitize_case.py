@@ -212,6 +212,14 @@ def fp8_gqa_prescaled_case():
         gqa_fp8_call(d, hq, hkv, s_q, "block", block, lens, seed=10, config=cfg)
 
 
+def mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens):
+    """One per-tensor fp8 MLA call pinned to `cfg` (causal where s_q > 1); its output must be finite."""
+    case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens, seed=9)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
+    out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1, config=cfg)
+    assert not bool(torch.isnan(out).any())
+
+
 def fp8_slot_case():
     """Per-tensor fp8 MLA on the sm90 seesaw with fp8_staging='slot' (TMA of fp8 boxes into the 16-bit
     slot, converted in place): 64 heads over 16-key pages with a split
@@ -222,12 +230,7 @@ def fp8_slot_case():
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
         cfg = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging="slot")
         assert cfg.schedule == "seesaw"
-        case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens,
-                         seed=9)
-        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
-        out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1,
-                                    config=cfg)
-        assert not bool(torch.isnan(out).any())
+        mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens)
 
 
 def fp8_keys_m_case():
@@ -237,12 +240,7 @@ def fp8_keys_m_case():
 
     for hq, s_q, page_size, stages, lens in ((16, 1, 16, 2, [1500, 40, 1]), (8, 2, 128, 4, [700, 5])):
         cfg = sm90_keys_m_choice("bf16", page_size, s_q, stages=stages)
-        case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens,
-                         seed=9)
-        k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
-        out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1,
-                                    config=cfg)
-        assert not bool(torch.isnan(out).any())
+        mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens)
 
 
 def selftest_case(fill, arrive):

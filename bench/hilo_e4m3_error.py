@@ -1,8 +1,8 @@
-"""The numerics behind bench/proto/mla_fp8_keys_m.cu, emulated in float64 with numpy (no GPU): MLA decode
+"""The numerics behind schedule 'keys_m' (codegen/sm90_keys_m.py), emulated in float64 with numpy (no GPU): MLA decode
 (16 heads, 4096 keys, 576/512 dims, an e4m3 cache) with q and/or p carried as one e4m3 value or as a hi/lo
 pair of e4m3 values, against the exact result on the same cache (relative L2).
 
-    python bench/proto/hilo_e4m3_error.py
+    python bench/hilo_e4m3_error.py
 
 e4m3 (OCP e4m3fn): 3 mantissa bits, exponent bias 7, subnormals from 2^-9, max 448, rounded to nearest even.
 q: per row c = 400 / max|q|, hi = e4m3(c q), lo = e4m3(16 (c q - hi)); p: hi = e4m3(256 p), lo = e4m3(256 p - hi).

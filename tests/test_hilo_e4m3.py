@@ -1,0 +1,36 @@
+"""The numerics of schedule 'keys_m' (codegen/sm90_keys_m.py: queries and probabilities as hi/lo e4m3 pairs),
+emulated in float64 by bench/hilo_e4m3_error.py: the emulation rounds as the e4m3fn format, and the pairs stay within
+the 1e-2 bar where a single e4m3 does not. (The kernel itself: tests/test_fp8_gpu.py on the GPU, its SASS in
+tests/test_sass.py.)"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "hilo_e4m3_error.py"
+
+
+def _numerics():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hilo_e4m3_error", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_e4m3_emulation_rounds_as_the_format():
+    np = pytest.importorskip("numpy")
+    m = _numerics()
+    got = m.e4m3(np.array([448.0, 500.0, 0.1, 2.0**-9, 2.0**-11, -1.0625, 1.0625 + 2.0**-6]))
+    # max, saturated, 0.1 -> 13 * 2^-7, the smallest subnormal, below half of it -> 0, ties to even, above the tie
+    assert got.tolist() == [448.0, 448.0, 13 * 2.0**-7, 2.0**-9, 0.0, -1.0, 1.125]
+
+
+def test_hilo_pairs_carry_q_and_p_within_the_bar_and_single_e4m3_does_not():
+    np = pytest.importorskip("numpy")
+    m = _numerics()
+    rng = np.random.default_rng(0)
+    assert m.error(rng, "hilo", "hilo", 1.0, n=512) < 5e-3
+    assert m.error(rng, "single", "exact", 1.0, n=512) > 1e-2
