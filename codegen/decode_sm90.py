@@ -155,7 +155,15 @@ class Sm90DecodeConfig(DecodeConfig):
     def keys_m_tiling(self) -> Sm90KeysMTiling:
         """Schedule 'keys_m''s tiling (its own kernel, templates/cuda/decode_sm90_keys_m.cu.j2)."""
         return Sm90KeysMTiling(head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, page_size=self.page_size,
-                               stages=self.num_kv_stages)
+                               stages=self.num_kv_stages, rescale_slack_log2=self.rescale_slack_log2)
+
+    @property
+    def rescale_slack_log2(self) -> float:
+        """DecodeConfig.rescale_slack_log2; schedule 'keys_m' takes a smaller slack with lazy_rescale
+        (policy.KEYS_M_RESCALE_SLACK_LOG2: its P^T tiles are e4m3)."""
+        if self.keys_m and self.lazy_rescale:
+            return policy.KEYS_M_RESCALE_SLACK_LOG2
+        return super().rescale_slack_log2
 
     @cached_property
     def gqa(self) -> Sm90GqaTiling:

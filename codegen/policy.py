@@ -46,6 +46,10 @@ RESCALE_SLACK_LOG2 = 8.0
 # 1.00-1.03); the sm80 kernel gains nothing and the issue-bound 16-row fp8 kernel loses (h=16 per-tensor
 # 0.948, GQA b=1 fp8 0.983; the vote costs more than the skipped multiplies there)
 SM90_LAZY_RESCALE = True
+# ... schedule 'keys_m' (P^T as e4m3 hi/lo tiles of KEYS_M_P_SCALE_MAX / 2^slack times p, below e4m3's 448):
+# a smaller slack, 1.5, so that P's scale stays 128 (a tile's hi/lo pair keeps p's 8 leading bits down to
+# p = 2^-8); 0 would rescale most tiles of a random sequence (every increase of any of 16 rows)
+KEYS_M_RESCALE_SLACK_LOG2 = 1.5
 
 # ---- the sm90 MLA kernel's schedule --------------------------------------------------------------
 # The seesaw (tiles in pairs, one math warpgroup's wgmmas under the other's softmax) where the split plan

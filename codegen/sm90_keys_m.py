@@ -6,7 +6,8 @@ loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle
 `num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
 Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
 row), the softmax over keys per query row (the tile maximum through shared memory), P^T as two e4m3 tiles
-(hi = e4m3(256 p), lo = e4m3(256 p - hi)), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
+(hi = e4m3(s p), lo = e4m3(s p - hi), s = 256 or, where the running maximum lags a tile's by up to
+the rescale slack, 128), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
 same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...):
 P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
 hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
@@ -27,6 +28,8 @@ FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle s
 QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
 P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile (hi or lo): 16 rows of 128 bytes (64 used)
 ALIGN_SLACK = 1024 - 16
+E4M3_MAX = 448.0            # the largest finite e4m3 value
+P_SCALE_MAX = 256           # P^T's scale when p <= 1: hi = e4m3(256 p) <= 256, lo = e4m3(256 p - hi) <= 8
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,16 @@ class Sm90KeysMTiling:
     head_dim_v: int
     page_size: int
     stages: int
+    rescale_slack_log2: float = 0.0  # P values reach 2^slack (DecodeConfig.rescale_slack_log2)
+
+    @property
+    def p_scale(self) -> int:
+        """P^T's e4m3 tiles hold p_scale * p: the largest power of two, at most P_SCALE_MAX, that keeps
+        p_scale * 2^slack below e4m3's largest value."""
+        scale = P_SCALE_MAX
+        while scale * 2.0 ** self.rescale_slack_log2 > E4M3_MAX:
+            scale //= 2
+        return scale
 
     @property
     def math_threads(self) -> int:

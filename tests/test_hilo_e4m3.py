@@ -33,4 +33,6 @@ def test_hilo_pairs_carry_q_and_p_within_the_bar_and_single_e4m3_does_not():
     m = _numerics()
     rng = np.random.default_rng(0)
     assert m.error(rng, "hilo", "hilo", 1.0, n=512) < 5e-3
+    # the lazy rescale's P: scale 128, p up to 2^1.5 (the running maximum lagging by the slack)
+    assert m.error(rng, "hilo", "hilo", 1.0, n=512, p_scale=128.0, lag=1.5) < 5e-3
     assert m.error(rng, "single", "exact", 1.0, n=512) > 1e-2

@@ -47,7 +47,6 @@ constexpr int kBoxBytes = 8192;
 constexpr int kStages = 4;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
-constexpr bool kLazyRescale = true;  // skip the rescale where no maximum moved
 constexpr int kSmemBytes = 196656;
 constexpr int kOffQt = 0;
 constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo
@@ -60,7 +59,8 @@ constexpr int kOffBarriers = 195584;
 constexpr int kAlignSlack = 1008;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kQHi = 400.f;   // |c q| at most this: hi <= 416, lo = 16 (c q - hi) <= 256, both below e4m3's 448
-constexpr float kPScale = 256.f;  // P^T holds 256 p: hi <= 256, lo = 256 p - hi <= 8
+// P^T holds kPScale p, p <= 2^kRescaleSlack: hi = e4m3(kPScale p) below e4m3's 448, lo = e4m3(kPScale p - hi)
+constexpr float kPScale = 128.f;
 using Ring = kvforge::KVRing<kStages, 1, 1, 4>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
@@ -92,6 +92,44 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+constexpr bool kLazyRescale = true;
+constexpr float kRescaleSlack = 1.5f;  // log2 units
+
+// The running row maximum after a tile whose maximum is `mx`: the larger of the two, or (lazy_rescale)
+// the old one until `mx` exceeds it by more than kRescaleSlack (P then stays below 2^kRescaleSlack).
+__device__ __forceinline__ float next_max(float m_old, float mx) {
+  if constexpr (kLazyRescale) return mx > m_old + kRescaleSlack ? mx : m_old;
+  return fmaxf(m_old, mx);
+}
+
+// The factor the output and sums are rescaled by when the maximum moves from m_old to m_new
+// (exactly 1 when it stays, which lazy_rescale relies on to skip the rescale).
+__device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
+  if constexpr (kLazyRescale) return m_new == m_old ? 1.f : exp2_ftz(m_old - m_new);
+  return exp2_ftz(m_old - m_new);
+}
+
+// Whether this warp's output must be rescaled by f (its two rows per thread): always, or
+// (lazy_rescale) only when some row of the warp has f != 1. Warp-uniform.
+__device__ __forceinline__ bool warp_rescales(const float (&f)[2]) {
+  if constexpr (kLazyRescale) return __any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f);
+  return true;
+}
+
+// A wgmma accumulator's rows rescaled (d[4 i + e]: row 0 for e < 2, row 1 otherwise; f: the thread's two rows'
+// factors), skipped by the warps whose rows all kept their maximum (`warp_rescales`).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&f)[2]) {
+  if (!warp_rescales(f)) return;
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    o[4 * i] *= f[0];
+    o[4 * i + 1] *= f[0];
+    o[4 * i + 2] *= f[1];
+    o[4 * i + 3] *= f[1];
+  }
+}
+static_assert(kPScale * (1 << static_cast<int>(kRescaleSlack + 0.999f)) <= 512.f, "P^T's scale: hi below 448");
 
 // ---- split plan and input guard (codegen/policy.py) ----
 #ifndef KVFORGE_HD
@@ -301,7 +339,10 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
 __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, const RowMap& rows, const Work& w,
                           T* out, float* lse, float* part_o, float* part_lse, int s_q, int num_q_heads, int num_splits,
                           float scale_log2, float out_scale, int causal) {
-  const int mg = threadIdx.x / 128, mt = threadIdx.x % 128, wp = mt / 32, lane = mt % 32, g = lane / 4, i = lane % 4;
+  // the warpgroup index through a shuffle from lane 0: the compiler then knows it is warp-uniform, so the slot and
+  // every wgmma descriptor derived from it stay in uniform registers (no per-k-step R2UR moves)
+  const int mg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int mt = threadIdx.x % 128, wp = mt / 32, lane = mt % 32, g = lane / 4, i = lane % 4;
   const int bar = 1 + mg;  // this warpgroup's named barrier; 3: both
   float* red = reinterpret_cast<float*>(smem + kOffRed + mg * 1024);
   float* stats = reinterpret_cast<float*>(smem + kOffStats);
@@ -407,18 +448,19 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = 8 * j + 2 * i + e;
-        const float mn = fmaxf(m[j][e], fmaxf(fmaxf(rb[r], rb[16 + r]), fmaxf(rb[32 + r], rb[48 + r])));
+        const float mn = next_max(m[j][e], fmaxf(fmaxf(rb[r], rb[16 + r]), fmaxf(rb[32 + r], rb[48 + r])));
         const float mu = mn == neg_inf() ? 0.f : mn;
-        alpha[j][e] = exp2_ftz(m[j][e] - mu);
+        alpha[j][e] = mn == m[j][e] ? 1.f : exp2_ftz(m[j][e] - mu);  // exactly 1 where the maximum stays
         m[j][e] = mn;
-        float ps = 0.f;
+        // both keys' p as one hi/lo e4m3 pair each (key kr = 0 in the low byte)
+        unsigned short hv, lv;
+        split_e4m3(kPScale * exp2_ftz(x[j][e][0] - mu), kPScale * exp2_ftz(x[j][e][1] - mu), 1.f, hv, lv);
+        const float2 hf = e4m3x2_f32(hv), lf = e4m3x2_f32(lv);
+        const float ps = (hf.x + lf.x) + (hf.y + lf.y);  // the sums count what PV multiplies
 #pragma unroll
         for (int kr = 0; kr < 2; ++kr) {
-          unsigned short hv, lv;
-          split_e4m3(kPScale * exp2_ftz(x[j][e][kr] - mu), 0.f, 1.f, hv, lv);
-          ps += e4m3x2_f32(hv).x + e4m3x2_f32(lv).x;  // the sums count what PV multiplies
-          p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv & 0xff);
-          p_smem[2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv & 0xff);
+          p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
+          p_smem[2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
         }
         l[j][e] = l[j][e] * alpha[j][e] + ps;
       }
@@ -430,24 +472,34 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         for (int k = 0; k < 8; ++k) o[d][k] *= alpha[k / 4][k % 2];
     }
     // ---- V^T's fragments from the slot (keys in key_slot order; keys past key_end zeroed), then it is free ----
+    // every ldmatrix first (16 in flight: one load latency, not sixteen), then the mask of a short tile in one
+    // branch, then the permutes in place
     u32 a[kDvBlocks][2][4];
 #pragma unroll
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
-      for (int kb = 0; kb < 2; ++kb) {
-        u32 R[4];
-        wg::ldmatrix_x4_trans(st_addr + (d / 2) * kChunkBytes + kb * 32 * 128 + lds_off[d % 2], R);
-        if (valid < kBN) {
+      for (int kb = 0; kb < 2; ++kb)
+        wg::ldmatrix_x4_trans(st_addr + (d / 2) * kChunkBytes + kb * 32 * 128 + lds_off[d % 2], a[d][kb]);
+    if (valid < kBN) {
 #pragma unroll
-          for (int jj = 0; jj < 4; ++jj) {
-            const int k0 = kb * 32 + 8 * jj + 2 * i;  // R[jj]: keys k0 (low half), k0 + 1 (high half)
-            R[jj] &= (k0 < valid ? 0x0000ffffu : 0u) | (k0 + 1 < valid ? 0xffff0000u : 0u);
-          }
+      for (int kb = 0; kb < 2; ++kb)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int k0 = kb * 32 + 8 * jj + 2 * i;  // R[jj]: keys k0 (low half), k0 + 1 (high half)
+          const u32 mask = (k0 < valid ? 0x0000ffffu : 0u) | (k0 + 1 < valid ? 0xffff0000u : 0u);
+#pragma unroll
+          for (int d = 0; d < kDvBlocks; ++d) a[d][kb][jj] &= mask;
         }
-        a[d][kb][0] = prmt(R[0], R[1], 0x6420);
-        a[d][kb][1] = prmt(R[0], R[1], 0x7531);
-        a[d][kb][2] = prmt(R[2], R[3], 0x6420);
-        a[d][kb][3] = prmt(R[2], R[3], 0x7531);
+    }
+#pragma unroll
+    for (int d = 0; d < kDvBlocks; ++d)
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        const u32 r0 = a[d][kb][0], r1 = a[d][kb][1], r2 = a[d][kb][2], r3 = a[d][kb][3];
+        a[d][kb][0] = prmt(r0, r1, 0x6420);
+        a[d][kb][1] = prmt(r0, r1, 0x7531);
+        a[d][kb][2] = prmt(r2, r3, 0x6420);
+        a[d][kb][3] = prmt(r2, r3, 0x7531);
       }
     __syncwarp();
     if (lane == 0) kvforge::MBarrier::arrive(ring.empty(slot));
