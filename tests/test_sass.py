@@ -239,8 +239,10 @@ def test_lazy_rescale_keeps_the_wgmma_pipeline(variant, tmp_path):
     for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR"):
         assert len(re.findall(op, lazy_s)) == len(re.findall(op, eager_s)), op
     assert re.search(r"\bVOTE\.ANY\b", lazy_s), "no warp vote around the rescale"
-    assert (lazy_k.resources.spill_store_bytes, lazy_k.resources.spill_load_bytes) == (
-        eager_k.resources.spill_store_bytes, eager_k.resources.spill_load_bytes)
+    # no local memory the eager build does not have (the fp8 slot kernel's eager build spills more than its lazy
+    # one since the warpgroup index became warp-uniform to ptxas: 56/160 B against 28/32)
+    assert lazy_k.resources.spill_store_bytes <= eager_k.resources.spill_store_bytes
+    assert lazy_k.resources.spill_load_bytes <= eager_k.resources.spill_load_bytes
 
 
 @needs_nvrtc

@@ -390,7 +390,7 @@ struct MathState {
 // Math thread `mt` (0 .. kMathThreads): its warpgroup, rows, causal limits; empty sums, max -inf.
 __device__ __forceinline__ MathState make_math_state(int mt, const RowMap& rows, const Work& w, int s_q, int causal) {
   MathState st;
-  st.g = mt / 128;
+  st.g = __shfl_sync(0xffffffffu, mt / 128, 0);  // warp-uniform to the compiler: descriptors in uniform registers
   st.lt = mt % 128;
   st.tq = st.lt % 4;
   st.row[0] = 16 * (st.lt / 32) + (st.lt % 32) / 4;
