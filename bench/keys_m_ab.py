@@ -2,7 +2,7 @@
 built-in fp8 call and the built-in 16-bit call, per shape (issue 9's target: per-tensor fp8 >= 1.8x kvforge's 16-bit
 at b=128 s_k=4096 h=16).
 
-    python bench/keys_m_ab.py [--rounds 3] [--stages 4] [--qk-chains 1]
+    python bench/keys_m_ab.py [--rounds 3] [--stages 4] [--qk-chains 1] [--layout per_tensor|fp8_ds_mla] [--shapes 0,4]
 
 Same method as bench/bench.py (graph replays, KV copies rotating past the L2, the calls of a shape captured
 together and timed in rounds of rotating order, the median per call); 'rel' is keys_m's relative L2 difference
@@ -20,7 +20,7 @@ import kvforge  # noqa: E402
 from bench import Shape, interleaved_ms, kv_copies, make_inputs  # noqa: E402
 from fp8 import kv_bytes, quantized  # noqa: E402
 
-from kvforge.codegen.select import sm90_keys_m_choice  # noqa: E402
+from kvforge.codegen.select import select_decode_config, sm90_keys_m_choice  # noqa: E402
 
 SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16), Shape("mla_decode", 32, 8192, 16),
           Shape("mla_decode", 2, 16384, 16), Shape("mla_decode", 128, 4096, 8, s_q=2),
@@ -34,15 +34,23 @@ def main() -> int:
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--qk-chains", type=int, default=1)
     ap.add_argument("--shapes", default="", help="indices into SHAPES (comma-separated; default all)")
+    ap.add_argument("--layout", choices=("per_tensor", "fp8_ds_mla"), default="per_tensor",
+                    help="the fp8 cache layout; 'fp8 built-in' is then the sm80 kernel (the built-in before keys_m "
+                         "took the layout)")
     args = ap.parse_args()
     picked = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     print("| shape | 16-bit built-in ms | fp8 built-in ms (x 16-bit) | keys_m ms (x 16-bit) | keys_m / fp8 built-in | rel |")
     print("|---|---|---|---|---|---|")
     for sh in picked:
-        cfg = sm90_keys_m_choice("bf16", sh.page, sh.s_q, stages=args.stages, qk_chains=args.qk_chains)
-        copies = kv_copies(kv_bytes(sh, "per_tensor", None))
+        cfg = sm90_keys_m_choice("bf16", sh.page, sh.s_q, stages=args.stages, qk_chains=args.qk_chains,
+                                 scale_mode=args.layout)
+        base = None
+        if args.layout != "per_tensor":
+            base = select_decode_config("mla_decode", "sm_90", "bf16", sh.page, heads=sh.hq, head_dim=576, s_q=sh.s_q,
+                                        backend="sm80", scale_mode=args.layout)
+        copies = kv_copies(kv_bytes(sh, args.layout, None))
         q, kv, bt, lens = make_inputs(sh, copies)
-        qkv = quantized(sh, kv, "per_tensor", None)
+        qkv = quantized(sh, kv, args.layout, None)
         causal = sh.s_q > 1
 
         def call(entry, config=None):
@@ -51,10 +59,11 @@ def main() -> int:
 
         variants = {
             "16-bit": [lambda k=k: kvforge.mla_decode(q, k, bt, lens, causal=causal, max_seq_len=sh.s_k) for k, _ in kv],
-            "fp8": [lambda e=e: call(e) for e in qkv],
+            "fp8": [lambda e=e: call(e, base) for e in qkv],
             "keys_m": [lambda e=e: call(e, cfg) for e in qkv],
         }
-        rel = float((call(qkv[0], cfg).float() - call(qkv[0]).float()).norm() / call(qkv[0]).float().norm())
+        ref = call(qkv[0], base).float()
+        rel = float((call(qkv[0], cfg).float() - ref).norm() / ref.norm())
         ms = interleaved_ms(variants, rounds=args.rounds)
         b16 = ms["16-bit"]
         print(f"| {sh.label} p{sh.page} | {b16:.4f} | {ms['fp8']:.4f} ({b16 / ms['fp8']:.2f}x) | {ms['keys_m']:.4f} "

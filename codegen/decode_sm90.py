@@ -155,7 +155,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def keys_m_tiling(self) -> Sm90KeysMTiling:
         """Schedule 'keys_m''s tiling (its own kernel, templates/cuda/decode_sm90_keys_m.cu.j2)."""
         return Sm90KeysMTiling(head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, page_size=self.page_size,
-                               stages=self.num_kv_stages, rescale_slack_log2=self.rescale_slack_log2)
+                               stages=self.num_kv_stages, rescale_slack_log2=self.rescale_slack_log2,
+                               packed=self.scale_mode == "fp8_ds_mla")
 
     @property
     def rescale_slack_log2(self) -> float:
@@ -228,9 +229,13 @@ class Sm90DecodeConfig(DecodeConfig):
     def _validate_keys_m(self, where: str) -> None:
         """Schedule 'keys_m': per-tensor fp8 MLA, at most 16 query rows, tiles of 64 keys, a ring of 2 or 4 slots;
         the other schedules' fields keep their defaults (split sequences go to the combine kernel in fp32)."""
-        if not self.is_fp8 or self.scale_mode != "per_tensor":
-            raise ValueError(f"{where}.schedule='keys_m': for fp8 caches with per-tensor scales (kv_dtype='fp8_e4m3', "
-                             f"scale_mode='per_tensor'; got kv_dtype={self.kv_dtype!r}, scale_mode={self.scale_mode!r})")
+        if not self.is_fp8 or self.scale_mode not in ("per_tensor", "fp8_ds_mla"):
+            raise ValueError(f"{where}.schedule='keys_m': for fp8 caches with per-tensor scales or DeepSeek's packed "
+                             f"token (kv_dtype='fp8_e4m3', scale_mode 'per_tensor' or 'fp8_ds_mla'; got kv_dtype="
+                             f"{self.kv_dtype!r}, scale_mode={self.scale_mode!r})")
+        if self.scale_mode == "fp8_ds_mla" and self.qk_chains != 1:
+            raise ValueError(f"{where}.qk_chains={self.qk_chains}: schedule 'keys_m' on fp8_ds_mla caches accumulates "
+                             "the QK product per scale block (one chain); use 1")
         if self.block_n != KEYS_M_BLOCK_N:
             raise ValueError(f"{where}.block_n={self.block_n}: schedule 'keys_m' takes tiles of {KEYS_M_BLOCK_N} keys "
                              "(wgmma's M)")
@@ -449,7 +454,8 @@ class Sm90DecodeConfig(DecodeConfig):
         encode it: a contiguous cache [num_pages][page_size][head_dim_qk] of 16-bit elements, dims
         {row_elems, page_size, num_pages} (num_pages at run time), byte strides {row_bytes,
         page_bytes}, boxes of {box_cols, box_rows, 1}, 128-byte swizzle."""
-        return paged_map_geometry(self.kv_dtype, self.head_dim_qk, self.page_size, self.box_rows, per_kv_head=False)
+        return paged_map_geometry(self.kv_dtype, self.kv_token_bytes if self.is_fp8 else self.head_dim_qk,
+                                  self.page_size, self.box_rows, per_kv_head=False)
 
     def tensor_maps(self) -> tuple[tuple[str, str, dict], ...]:
         if self.is_gqa and self.is_fp8:  # the producers load fp8 rows themselves
@@ -487,8 +493,8 @@ class Sm90DecodeConfig(DecodeConfig):
         # the producer thread's arrive.expect_tx (the TMA or bulk-copy bytes complete the phase), or
         # every producer thread once its share of the converted tile is stored ('slot': each sub-stage
         # has its own half of the producer warpgroup)
-        if self.keys_m:
-            return 1
+        if self.keys_m:  # packed: also each producer lane once its scale copies land (cp.async, noinc)
+            return 1 + (32 if self.scale_mode == "fp8_ds_mla" else 0)
         if self.converts_in_slot:
             return 128 // self.kv_subs
         return 128 if self.converts_in_producer else 1

@@ -547,25 +547,27 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 # 0.094 ms against 0.100 for 2 at b=128 s_k=4096 h=16; one QK chain 0.0911 against 0.0938 for two.
 SM90_KEYS_M_STAGES = 4
 SM90_KEYS_M_QK_CHAINS = 1
+KEYS_M_LAYOUTS = ("per_tensor", "fp8_ds_mla")  # the cache layouts schedule keys_m reads (codegen/sm90_keys_m.py)
 
 
 # Built in for per-tensor fp8 MLA at KEYS_M_ROWS query rows or fewer (heads x s_q) on sm_90: bench/keys_m_ab.py
 # (bench/RESULTS.md) measured it 1.08-2.61x the previous choice (the sm80 fp8 kernel) on every shape it ran, b=1-128,
 # s_k=1K-16K, 8-16 heads, s_q 1-2, pages 16 and 64.
 def uses_keys_m(family: str, heads: int, s_q: int, scale_mode: str) -> bool:
-    """Whether the sm90 MLA kernel of schedule 'keys_m' takes these shapes (MLA, a per-tensor fp8 cache, at most
-    KEYS_M_ROWS query rows: `heads` x `s_q`)."""
-    return family == "mla_decode" and scale_mode == "per_tensor" and heads * s_q <= KEYS_M_ROWS
+    """Whether the sm90 MLA kernel of schedule 'keys_m' takes these shapes (MLA, a per-tensor fp8 cache or DeepSeek's
+    packed fp8_ds_mla token, at most KEYS_M_ROWS query rows: `heads` x `s_q`)."""
+    return family == "mla_decode" and scale_mode in KEYS_M_LAYOUTS and heads * s_q <= KEYS_M_ROWS
 
 
 def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int = SM90_KEYS_M_STAGES,
-                       qk_chains: int = SM90_KEYS_M_QK_CHAINS) -> DecodeConfig:
-    """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache: 16 query rows per CTA (16 // s_q heads)."""
+                       qk_chains: int = SM90_KEYS_M_QK_CHAINS, scale_mode: str = "per_tensor") -> DecodeConfig:
+    """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache or the packed fp8_ds_mla token: 16 query
+    rows per CTA (16 // s_q heads)."""
     return build(DecodeConfig, dict(
         family="mla_decode", backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
         heads_per_cta=16 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype="fp8_e4m3",
-        scale_mode="per_tensor", max_s_q=s_q, num_kv_stages=stages, schedule="keys_m", qk_chains=qk_chains,
-        merge_in_kernel=False, partials_16bit=False))
+        scale_mode=scale_mode, max_s_q=s_q, num_kv_stages=stages, schedule="keys_m",
+        qk_chains=qk_chains if scale_mode == "per_tensor" else 1, merge_in_kernel=False, partials_16bit=False))
 
 
 def select_decode_config(family: str, arch: str, dtype: str, page_size: int, *, heads: int, head_dim: int,
@@ -619,7 +621,7 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
                     raise
                 choice = "sm80"  # no sm90 GQA tiling holds this shape (fp8 at D = 256 with 65+ rows): the sm80 kernel
         elif uses_keys_m(family, heads, s_q, scale_mode):
-            return sm90_keys_m_choice(dtype, page_size, s_q)
+            return sm90_keys_m_choice(dtype, page_size, s_q, scale_mode=scale_mode)
         else:
             return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
     if choice != "sm80":

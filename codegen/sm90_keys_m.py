@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .pipeline import MBARRIER_BYTES
+from .policy import DS_MLA_LATENT, DS_MLA_SCALE_BLOCK, DS_MLA_SCALES
 from .smem import SmemLayout, SmemLayoutBuilder
 
 KEYS_M_ROWS = 16            # query rows per CTA: the wgmma N of the PV product (and half the QK product's)
@@ -39,6 +40,7 @@ class Sm90KeysMTiling:
     page_size: int
     stages: int
     rescale_slack_log2: float = 0.0  # P values reach 2^slack (DecodeConfig.rescale_slack_log2)
+    packed: bool = False  # scale_mode 'fp8_ds_mla': 512 e4m3 latent columns, 4 fp32 scales, 64 bf16 rope values
 
     @property
     def p_scale(self) -> int:
@@ -60,8 +62,39 @@ class Sm90KeysMTiling:
 
     @property
     def chunks(self) -> int:
-        """128-column fp8 chunks of a cached row (the last one zero-filled past head_dim_qk by the TMA)."""
+        """128-column fp8 chunks of a cached row (the last one zero-filled past head_dim_qk by the TMA); packed:
+        the four latent chunks, then the 64 bf16 rope values (128 bytes) as a fifth."""
+        if self.packed:
+            return DS_MLA_LATENT // FP8_BOX_COLS + 1
         return -(-self.head_dim_qk // FP8_BOX_COLS)
+
+    @property
+    def latent_chunks(self) -> int:
+        """Chunks the QK product reads as e4m3 (packed: the latent ones; the rope chunk is bf16)."""
+        return DS_MLA_LATENT // FP8_BOX_COLS if self.packed else self.chunks
+
+    @property
+    def chunk_cols(self) -> tuple[int, ...]:
+        """Each chunk's first byte in a cached token (the TMA box's column): packed, the rope chunk starts past the
+        latent values and the scales."""
+        if self.packed:
+            return tuple(c * FP8_BOX_COLS for c in range(self.latent_chunks)) + (DS_MLA_LATENT + 4 * DS_MLA_SCALES,)
+        return tuple(c * FP8_BOX_COLS for c in range(self.chunks))
+
+    @property
+    def scale_blocks(self) -> int:
+        """Packed: the latent blocks (one fp32 scale per token each); 0 per-tensor."""
+        return DS_MLA_SCALES if self.packed else 0
+
+    @property
+    def scale_bytes(self) -> int:
+        """Packed: a tile's scales in its slot, 16 bytes per key (copied by the producer warp, 16 bytes a lane)."""
+        return KEYS_M_BLOCK_N * 4 * DS_MLA_SCALES if self.packed else 0
+
+    @property
+    def v_blocks_per_scale(self) -> int:
+        """64-dim PV blocks per latent scale block."""
+        return DS_MLA_SCALE_BLOCK // 64
 
     @property
     def chunk_bytes(self) -> int:
@@ -69,7 +102,7 @@ class Sm90KeysMTiling:
 
     @property
     def stage_bytes(self) -> int:
-        return self.chunks * self.chunk_bytes
+        return self.chunks * self.chunk_bytes + self.scale_bytes
 
     @property
     def qt_chunk_bytes(self) -> int:
@@ -89,8 +122,19 @@ class Sm90KeysMTiling:
 
     @property
     def qk_steps(self) -> int:
-        """k32 steps of the QK product."""
-        return self.head_dim_qk // 32
+        """e4m3 k32 steps of the QK product (packed: the latent columns; the rope's bf16 k16 steps apart)."""
+        return (DS_MLA_LATENT if self.packed else self.head_dim_qk) // 32
+
+    @property
+    def rope_steps(self) -> int:
+        """Packed: bf16 k16 steps of the rope's QK product (64 values); 0 per-tensor."""
+        return (self.head_dim_qk - DS_MLA_LATENT) // 16 if self.packed else 0
+
+    @property
+    def p_tiles(self) -> int:
+        """P^T tiles per math warpgroup, hi and lo each: packed, one pair per latent scale block (p times that
+        block's per-key scale)."""
+        return 2 * max(1, self.scale_blocks)
 
     @property
     def dv_blocks(self) -> int:
@@ -103,9 +147,13 @@ class Sm90KeysMTiling:
         row statistics and Q's row scales, the ring, its barriers, room to round the base up to 1024 B; the
         epilogue's hand-over of warpgroup 1's O^T over the ring (idle by then)."""
         b = SmemLayoutBuilder()
-        b.add("qt", self.chunks * self.qt_chunk_bytes, align=1024)
-        b.add("p_tiles", KEYS_M_WARPGROUPS * 2 * P_TILE_BYTES, align=1024)
-        b.add("red", KEYS_M_WARPGROUPS * 1024, align=16)  # float[2][4][16] tile maxima, float[4][16] sums
+        b.add("qt", self.latent_chunks * self.qt_chunk_bytes, align=1024)
+        if self.packed:
+            b.add("q_rope", KEYS_M_ROWS * 128, align=1024)  # 16 rows of 64 bf16 values, 128-byte swizzle
+        b.add("p_tiles", KEYS_M_WARPGROUPS * self.p_tiles * P_TILE_BYTES, align=1024)
+        # per warpgroup: [2] x (float[4][16] tile maxima, float[4][4] packed: the tile's scale maxima), float[4][16]
+        # sums
+        b.add("red", KEYS_M_WARPGROUPS * 1024, align=16)
         b.add("stats", KEYS_M_WARPGROUPS * 2 * KEYS_M_ROWS * 4, align=16)  # per warpgroup: row max, row sum
         b.add("q_scale", KEYS_M_ROWS * 4, align=16)
         b.add("kv_stages", self.stages * self.stage_bytes, align=1024)
@@ -132,4 +180,7 @@ class Sm90KeysMTiling:
                        f"{KEYS_M_WARPGROUPS} math warpgroups, which wait on their slots by parity)")
         if self.head_dim_qk % 32 or self.head_dim_v % 64 or self.head_dim_v > self.head_dim_qk:
             out.append(f"head dims {self.head_dim_qk}/{self.head_dim_v}: k32 steps and 64-dim blocks")
+        if self.packed and (self.head_dim_qk, self.head_dim_v) != (DS_MLA_LATENT + 64, DS_MLA_LATENT):
+            out.append(f"head dims {self.head_dim_qk}/{self.head_dim_v}: the packed fp8_ds_mla token holds 512 latent "
+                       "and 64 rope values")
         return out

@@ -718,6 +718,48 @@ def test_mla_fp8_keys_m(heads, s_q, page_size, lens, dtype, stages, qk_chains, s
     _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("heads,s_q,page_size,lens,dtype", [
+    (16, 1, 64, LENS_RAGGED, "bf16"),          # ragged, lengths 0 and 1, partial tiles
+    (16, 1, 16, [1, 130, 64, 5, 1000], "fp16"),  # tiles over 4 pages, fp16 queries (the rope product stays bf16)
+    (8, 2, 128, [1, 130, 64, 5], "bf16"),      # causal s_q = 2, half-page tiles
+    (16, 1, 64, [9000], "bf16"),               # one long sequence: split, the combine kernel
+    (32, 1, 32, [700, 2], "bf16"),             # two head blocks
+])
+def test_mla_fp8_ds_mla_keys_m(heads, s_q, page_size, lens, dtype):
+    """Schedule 'keys_m' on DeepSeek's packed fp8_ds_mla token: the latent product per scale block, the rope's bf16
+    product, P^T per scale block against the running scale maxima; NaN bytes in unused pages and past every length
+    (sm_90 only)."""
+    cfg = _keys_m(page_size, s_q, dtype, scale_mode="fp8_ds_mla")
+    assert cfg.schedule == "keys_m" and cfg.scale_mode == "fp8_ds_mla"
+    c = make_fp8_case("mla_decode", "fp8_ds_mla", batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, seed=3 * heads + s_q + page_size, dtype=dtype)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
+def test_mla_fp8_ds_mla_keys_m_with_scales_spanning_30x():
+    """Packed keys_m with the cache's magnitude growing 30x over the pages (the block table is random, so a tile's
+    scale maxima jump up and down along each sequence): the running scale maxima move past the first tiles and
+    rescale O^T's rows of their block."""
+    import torch
+
+    cfg = _keys_m(64, 1, scale_mode="fp8_ds_mla")
+    lens = [3000, 1700, 4100, 64]
+    base = make_case("mla_decode", batch=len(lens), s_q=1, hq=16, hkv=1, d=576, page_size=64, lens=lens, seed=31)
+    pages = base.k.shape[0]
+    ramp = 1 + 30 * (torch.arange(pages, device=base.k.device, dtype=torch.float32) / pages) ** 2
+    base.k.mul_(ramp.view(-1, *([1] * (base.k.dim() - 1))).to(base.k.dtype))
+    k, ks, deq = _quantize(base.k, "fp8_ds_mla", None)
+    deq = deq.reshape(deq.shape[0], deq.shape[1], 1, -1)
+    c = Fp8Case(base, k, k, ks, ks, deq, deq)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, out=out, lse=lse, config=cfg)
+    torch.cuda.synchronize()
+    want_o, want_l = reference("mla_decode", base.host, causal=False, k=deq, v=deq)
+    assert_matches(out, lse, want_o, want_l, tol=TOL, what="pages x 1..31, against the dequantized cache")
+
+
 def test_mla_fp8_keys_m_graph_replay_reads_the_device_scale():
     import torch
 

@@ -149,18 +149,23 @@ def test_sm90_main_kernel_uses_wgmma_tma_and_setmaxnreg_without_local_memory(var
 @needs_cuobjdump
 @pytest.mark.parametrize("variant", KEYS_M, ids=lambda v: v.name)
 def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(variant, tmp_path):
-    """Schedule 'keys_m': fp8 wgmma (QGMMA: 18 QK k32 steps and 8 dim blocks x 2 key steps x hi/lo PV products per
-    tile), no 16-bit wgmma (the cache never becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA
-    (UTMALDG), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger."""
+    """Schedule 'keys_m': fp8 wgmma (QGMMA: 18 QK k32 steps, 16 on the packed token, and 8 dim blocks x 2 key steps
+    x hi/lo PV products per tile), 16-bit wgmma only for the packed token's bf16 rope (4 k16 steps; the cache never
+    becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA (UTMALDG; the packed token's scales by cp.async,
+    LDGSTS), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger, and the wgmma
+    descriptors in uniform registers (few R2UR: the warpgroup index is warp-uniform to ptxas)."""
     from kvforge.runtime import compile
 
     k = compile(variant)
     main = sass_functions(k.cubin, tmp_path)[variant.name]
     ops = [m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", main, re.M)]
-    assert ops.count("QGMMA") == 18 + 32, ops.count("QGMMA")
-    assert "HGMMA" not in ops and "PREEXIT" not in ops
-    for op in ("LDSM", "UTMALDG"):
+    tiling = variant.config.keys_m_tiling
+    assert ops.count("QGMMA") == tiling.qk_steps + 32, ops.count("QGMMA")
+    assert ops.count("HGMMA") == tiling.rope_steps and "PREEXIT" not in ops
+    for op in ("LDSM", "UTMALDG") + (("LDGSTS",) if tiling.packed else ()):
         assert op in ops, f"no {op}"
+    # 9-14 in the whole kernel (prologue, producer, epilogue); a descriptor per wgmma in ordinary registers made 109
+    assert ops.count("R2UR") <= 24, f"{ops.count('R2UR')} R2UR: descriptors built in ordinary registers"
     # 288 threads cap it at 168 registers: ptxas keeps a few words on the stack (24 B at s_q = 1), reloaded from L1
     # once or twice a tile; the k steps' descriptors folded into base + offset (1.015-1.065x, bench/RESULTS.md) cost
     # them. Bounded here, so that a growing spill shows.

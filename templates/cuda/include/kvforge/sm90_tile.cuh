@@ -320,6 +320,16 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const u32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+// D[64 x 16] (+)= A[64 x 16] B[16 x 16], bf16, both K-major in shared memory (schedule keys_m's packed rope: the
+// tile's keys as M, the query rows as N). accumulate = 0 overwrites D.
+__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[8], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 // Four 8 x 8 b16 matrices transposed from shared memory (lane l gives row l % 8 of matrix l / 8): thread l gets,
 // of each, the b16 elements (row 2 (l % 4), column l / 4) and (row 2 (l % 4) + 1, same column), low half first.
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32 (&r)[4]) {
