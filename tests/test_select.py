@@ -114,16 +114,18 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     """fp8 caches follow the 16-bit rule: the sm90 kernel (fp8 tiles staged in the producers' registers
     into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (every layout dequantized in
     the consumers' registers from bulk-copied rows, fp16 MMAs); in the arch's shared memory, fp16
-    MMAs for per-tensor scales on sm90. Except per-tensor fp8 at 16 rows or fewer: the sm90 kernel of schedule
-    'keys_m' (fp8 wgmma, keys as M; the fp8 tiles by TMA, 4 stages)."""
+    MMAs for per-tensor scales on sm90. Except per-tensor and packed (fp8_ds_mla) fp8 at 16 rows or fewer: the sm90
+    kernel of schedule 'keys_m' (fp8 wgmma, keys as M; the fp8 tiles by TMA, 4 stages; the packed token's scales by
+    the producer lanes' cp.async, 32 more arrivals on the full barrier)."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
     rows = heads * s_q
-    keys_m = rows <= 16 and mode == "per_tensor"
+    keys_m = rows <= 16 and mode in ("per_tensor", "fp8_ds_mla")
     assert cfg.backend == ("sm90" if rows > 16 or keys_m else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
     assert (cfg.backend == "sm90" and cfg.schedule == "keys_m") == keys_m
     if keys_m:
-        assert cfg.num_kv_stages == 4 and cfg.full_arrivals == 1 and cfg.threads == 288 and cfg.ctas_per_sm == 1
+        assert cfg.num_kv_stages == 4 and cfg.threads == 288 and cfg.ctas_per_sm == 1
+        assert cfg.full_arrivals == (1 if mode == "per_tensor" else 33)
         assert cfg.heads_per_cta * cfg.max_s_q == 16 and cfg.max_s_q == s_q
         assert any(a.name == "kv_map" for a in Variant(cfg).contracts["main"].args)
     elif cfg.backend == "sm80":
@@ -156,8 +158,9 @@ def test_block_scaled_fp8_mla_at_16_rows_is_dequantized_in_registers_where_measu
     rows block 64 (P re-scaled for two V scale blocks per warp) 0.90-0.91x of them (kept on the ring where
     it fits), block 128 and the packed token 1.15-1.61x. The packed token's 656-byte rows stay unswizzled
     (16 mod 128 bytes), 576-byte bulk rows padded to 592."""
+    # (pinned to sm80: on sm_90 the packed token at 16 rows is schedule keys_m's since the thirty-third session)
     cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=16, head_dim=576, s_q=1, scale_mode=mode,
-                               scale_block_size=block)
+                               scale_block_size=block, backend="sm80")
     assert cfg.backend == "sm80" and cfg.fp8_convert == path and cfg.kv_load == load
     if path == "registers":
         assert cfg.qk_steps_interleaved and cfg.v_scale_normalized and cfg.fp8_swizzle == (

@@ -39,7 +39,13 @@ constexpr int kChunks = 5;              // 128-column fp8 chunks of a row
 constexpr int kChunkBytes = 8192;     // one chunk of a 64-key tile
 constexpr int kStageBytes = 40960;
 constexpr int kQtChunkBytes = 4096;  // one chunk of Q^T's 32 rows
-constexpr int kQKSteps = 18;           // k32 steps of the QK product
+constexpr int kQKSteps = 18;           // e4m3 k32 steps of the QK product
+constexpr bool kPacked = false;  // fp8_ds_mla tokens: latent, scales, rope
+constexpr int kLatentChunks = 5;  // chunks QK reads as e4m3
+constexpr int kRopeSteps = 0;        // packed: bf16 k16 steps of the rope's QK
+constexpr int kLatentScales = 0;   // packed: fp32 scales per token (128 columns each)
+constexpr int kPTiles = 2;              // P^T tiles per warpgroup: hi, lo (per scale block)
+constexpr int kChunkCol[kChunks] = { 0, 128, 256, 384, 512 };  // each chunk's TMA column
 constexpr int kDvBlocks = 8;         // 64-dim blocks of the PV product
 constexpr int kBoxRows = 64;
 constexpr int kBoxesPerTile = 1;
@@ -49,7 +55,9 @@ constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kSmemBytes = 196656;
 constexpr int kOffQt = 0;
-constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo
+constexpr int kOffQRope = 0;  // packed: c q's rope, bf16
+constexpr int kOffScales = kChunks * kChunkBytes;                  // in a slot (packed): 16 bytes of scales per key
+constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo (per scale block)
 constexpr int kOffRed = 28672;          // per warpgroup 1 KB
 constexpr int kOffStats = 30720;      // float[2][2][16]: row max, row sum per warpgroup
 constexpr int kOffQScale = 30976;   // float[16]: 1 / c per query row
@@ -65,14 +73,19 @@ using Ring = kvforge::KVRing<kStages, 1, 1, 4>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
 static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 && kThreads == kMathThreads + 32, "roles");
-static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes, "tiles");
-static_assert(kQKSteps * 32 == kDqk && kChunks * 128 >= kDqk && kDvBlocks * 64 == kDv && kQtChunkBytes == 32 * 128, "steps");
+static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes + (kPacked ? kBN * 16 : 0),
+              "tiles");
+static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
+              kQtChunkBytes == 32 * 128, "steps");
+static_assert(!kPacked || (kLatentScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8),
+              "the packed token: 4 x 128 latent columns with a scale each, 64 bf16 rope values");
 static_assert(kBoxRows * kBoxesPerTile == kBN && kBoxBytes == kBoxRows * 128, "TMA boxes");
 static_assert(kOffQt % 1024 == 0 && kOffP % 1024 == 0 && kOffKV % 1024 == 0, "swizzle atoms");
 // a slot's full barrier is waited by parity: every tile of a slot goes to one warpgroup (an odd depth would let a
 // warpgroup two laps ahead pass on an older phase's parity and read a slot still being filled)
 static_assert(kStages % 2 == 0, "ring depth: a multiple of the two math warpgroups");
-static_assert(Ring::kFullArrivals == 1 && Ring::kEmptyArrivals == 4, "arrive counts: the TMA thread; one warpgroup's warps");
+static_assert(Ring::kFullArrivals == 1 + (kPacked ? 32 : 0) && Ring::kEmptyArrivals == 4,
+              "arrive counts: the TMA thread (and, packed, each producer lane's scale copies); one warpgroup's warps");
 static_assert(kOffBarriers + 2 * kStages * 8 + kAlignSlack <= kSmemBytes, "layout");
 
 // fp8 KV: the layout the convert stage reads (kvforge::fp8::token16_to) and its geometry
@@ -82,7 +95,8 @@ constexpr int kTokenBytes = 576;  // one cached token (of one KV head)
 constexpr int kScaleBlocks = 0;
 constexpr int kScaleBlock = 128;
 constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
-static_assert(kPerTensorScale && kTokenBytes == kDqk, "per-tensor fp8 tokens: head_dim_qk e4m3 bytes");
+static_assert(kPacked ? (!kPerTensorScale && kTokenBytes == 656 && kPackedLatent == 512)
+                      : (kPerTensorScale && kTokenBytes == kDqk), "per-tensor fp8 tokens or the 656-byte packed token");
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 // 2^x by one MUFU.EX2 (ex2.approx.ftz.f32): exp2f also keeps results below 2^-126 as denormals (a range test and
@@ -266,9 +280,11 @@ __device__ __forceinline__ float col_sum(float x) {
 // ---- producer: one thread walks the block table and loads each fp8 tile by TMA --------------------
 // A tile of keys [j0, j0 + kBN) spans kBoxesPerTile page runs; those past key_end are not loaded (their pages may
 // not be the sequence's; the math masks S and zeroes V^T there); each run's kChunks boxes of 128 columns (the last
-// zero-filled past the row by the TMA).
+// zero-filled past the row by the TMA; packed: the four latent chunks and the rope's 128 bytes). Packed, every lane
+// of the warp also copies two keys' 16 bytes of scales (cp.async, zeros past key_end) and arrives on the full
+// barrier once they land.
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const wg::TensorMap* map,
-                                              const int* bt_row, const Work& w) {
+                                              const int* bt_row, const Work& w, const unsigned char* cache, int lane) {
   kvforge::PipelineProducer<Ring> pipe{ring};
   for (int t = 0; t < w.num_tiles; ++t) {
     const int j0 = w.key_begin + t * kBN;
@@ -277,14 +293,28 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
 #pragma unroll
     for (int bx = 0; bx < kBoxesPerTile; ++bx) page[bx] = bx < count ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
     pipe.producer_acquire();
-    u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(count * kChunks * kBoxBytes));
     unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
+    if (lane == 0) {
+      u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(count * kChunks * kBoxBytes));
 #pragma unroll
-    for (int bx = 0; bx < kBoxesPerTile; ++bx) {
-      if (bx >= count) break;
-      for (int c = 0; c < kChunks; ++c)
-        wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, c * 128,
-                        (j0 + bx * kBoxRows) % kPageSize, page[bx]);
+      for (int bx = 0; bx < kBoxesPerTile; ++bx) {
+        if (bx >= count) break;
+        for (int c = 0; c < kChunks; ++c)
+          wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, kChunkCol[c],
+                          (j0 + bx * kBoxRows) % kPageSize, page[bx]);
+      }
+    }
+    if constexpr (kPacked) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const int key = 2 * lane + kk, j = j0 + key;
+        const bool valid = j < w.key_end;
+        const unsigned char* src = cache;
+        if (valid)
+          src += (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) * kTokenBytes + kPackedLatent;
+        kvforge::sm80::cp_async_16(stage + kOffScales + 16 * key, src, valid);
+      }
+      pipe.producer_commit_cp_async();
     }
     pipe.advance();
   }
@@ -296,7 +326,7 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
                                          int num_q_heads, int mt) {
   const int r = mt / 8, sub = mt % 8;
   float v[kDqk / 8];
-  float amax = 0.f;
+  float amax = 0.f;  // packed: over the latent columns (the rope stays 16-bit)
   const bool valid = rows.valid(r);
   const T* src = q + ((static_cast<long long>(b) * s_q + rows.qi(r)) * num_q_heads + rows.head(r)) * kDqk;
 #pragma unroll
@@ -308,7 +338,7 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       v[8 * j + k] = e[k];
-      amax = fmaxf(amax, fabsf(e[k]));
+      if (!kPacked || 64 * j < kPackedLatent) amax = fmaxf(amax, fabsf(e[k]));
     }
   }
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
@@ -318,6 +348,16 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
   if (sub == 0) reinterpret_cast<float*>(smem + kOffQScale)[r] = 1.f / c;
 #pragma unroll
   for (int j = 0; j < kDqk / 64; ++j) {
+    if (kPacked && 64 * j >= kPackedLatent) {  // the rope: c q in bf16, 16 bytes of row r (128-byte swizzle)
+      u32 bf[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 h2 = __floats2bfloat162_rn(c * v[8 * j + 2 * e], c * v[8 * j + 2 * e + 1]);
+        bf[e] = *reinterpret_cast<const u32*>(&h2);
+      }
+      *reinterpret_cast<uint4*>(smem + kOffQRope + sw<2048>(r, 16 * sub)) = make_uint4(bf[0], bf[1], bf[2], bf[3]);
+      continue;
+    }
     u32 hi[2], lo[2];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -389,9 +429,15 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       m[j][e] = neg_inf();
       l[j][e] = 0.f;
     }
+  // packed: per latent scale block the warpgroup's running maximum of the scales it has seen (R); P^T of block b
+  // holds p s_b / R_b, so O^T's rows of block b hold O / R_b until the epilogue multiplies them back
+  float rmax[kPacked ? kLatentScales : 1];
+#pragma unroll
+  for (int b = 0; b < (kPacked ? kLatentScales : 1); ++b) rmax[b] = 0.f;
   const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
-  unsigned char* const p_smem = smem + kOffP + mg * 4096;
-  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo 2048 bytes on
+  const u64 qr_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQRope), 16, 1024);  // packed: the rope's c q
+  unsigned char* const p_smem = smem + kOffP + mg * kPTiles * 2048;
+  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo 2048 bytes on (per block 4096)
   for (int t = mg; t < w.num_tiles; t += 2) {
     const int j0 = w.key_begin + t * kBN;
     const int valid = min(kBN, w.key_end - j0);
@@ -403,21 +449,72 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     // each k step's descriptors: the base descriptor plus the step's byte offset in 16-byte units (the address
     // field's 14 bits hold any shared-memory address, so the sum never carries into the next field)
     const u64 da0 = wg::desc_sw128(st_addr, 16, 1024);
-    wg::wgmma_fence();
+    float sc[2][kPacked ? kLatentScales : 1];  // packed: this thread's two keys' latent scales
+    if constexpr (kPacked) {
+      // each latent scale block into its own accumulator (two, alternating: one is scaled while the next block's
+      // wgmmas run), added into S with the key's scale; then the rope's bf16 product into S's hi columns
 #pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk) {
-      const u64 da = da0 + static_cast<u64>(((kk / 4) * kChunkBytes + (kk % 4) * 32) >> 4);
-      const u64 db = qt_desc + static_cast<u64>(((kk / 4) * kQtChunkBytes + (kk % 4) * 32) >> 4);
-      if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k32_e4m3(s, da, db, kk >= kQKChains);
-      else wg::wgmma_m64n32k32_e4m3(s2, da, db, kk > 1);
-    }
-    wg::wgmma_commit();
-    wg::wgmma_wait<0>();
-    wg::fence_operands(s);
-    if constexpr (kQKChains == 2) {
-      wg::fence_operands(s2);
+      for (int kr = 0; kr < 2; ++kr) {
+        const float4 f = *reinterpret_cast<const float4*>(smem + kOffKV + slot * kStageBytes + kOffScales +
+                                                          16 * (16 * wp + g + 8 * kr));
+        sc[kr][0] = f.x;
+        sc[kr][1] = f.y;
+        sc[kr][2] = f.z;
+        sc[kr][3] = f.w;
+      }
+      float acc[2][16], sr[8];
 #pragma unroll
-      for (int k = 0; k < 16; ++k) s[k] += s2[k];
+      for (int k = 0; k < 16; ++k) s[k] = 0.f;
+      auto add_block = [&](const float (&a)[16], int blk) {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) s[k] += sc[(k / 2) % 2][blk] * a[k];
+      };
+#pragma unroll
+      for (int blk = 0; blk < kLatentScales; ++blk) {
+        wg::wgmma_fence();  // acc[blk % 2] was read by add_block
+#pragma unroll
+        for (int kk = 0; kk < kQKSteps / kLatentScales; ++kk) {
+          const int step = blk * (kQKSteps / kLatentScales) + kk;
+          const u64 da = da0 + static_cast<u64>(((step / 4) * kChunkBytes + (step % 4) * 32) >> 4);
+          const u64 db = qt_desc + static_cast<u64>(((step / 4) * kQtChunkBytes + (step % 4) * 32) >> 4);
+          wg::wgmma_m64n32k32_e4m3(acc[blk % 2], da, db, kk > 0);
+        }
+        wg::wgmma_commit();
+        if (blk > 0) {
+          wg::wgmma_wait<1>();
+          wg::fence_operands(acc[(blk - 1) % 2]);
+          add_block(acc[(blk - 1) % 2], blk - 1);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kRopeSteps; ++kk)
+        wg::wgmma_m64n16k16_bf16(sr, da0 + static_cast<u64>((kLatentChunks * kChunkBytes + kk * 32) >> 4),
+                                 qr_desc + static_cast<u64>((kk * 32) >> 4), kk > 0);
+      wg::wgmma_commit();
+      wg::wgmma_wait<1>();
+      wg::fence_operands(acc[(kLatentScales - 1) % 2]);
+      add_block(acc[(kLatentScales - 1) % 2], kLatentScales - 1);
+      wg::wgmma_wait<0>();
+      wg::fence_operands(sr);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] += sr[k];  // the hi columns (query rows 0..15)
+    } else {
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kQKSteps; ++kk) {
+        const u64 da = da0 + static_cast<u64>(((kk / 4) * kChunkBytes + (kk % 4) * 32) >> 4);
+        const u64 db = qt_desc + static_cast<u64>(((kk / 4) * kQtChunkBytes + (kk % 4) * 32) >> 4);
+        if (kQKChains == 1 || kk % 2 == 0) wg::wgmma_m64n32k32_e4m3(s, da, db, kk >= kQKChains);
+        else wg::wgmma_m64n32k32_e4m3(s2, da, db, kk > 1);
+      }
+      wg::wgmma_commit();
+      wg::wgmma_wait<0>();
+      wg::fence_operands(s);
+      if constexpr (kQKChains == 2) {
+        wg::fence_operands(s2);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) s[k] += s2[k];
+      }
     }
     // ---- the softmax over keys, per query row: this tile's maximum through shared memory ----
     float x[2][2][2];  // [j][e][kr]
@@ -434,14 +531,42 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         }
         tmax[j][e] = col_max(fmaxf(x[j][e][0], x[j][e][1]));
       }
-    float* rb = red + ((t / 2) & 1) * 64;  // double-buffered: a warp may be one tile ahead of another
+    // red: per tile parity [4 warps][16 rows] tile maxima, then (packed) [4 warps][4 blocks] scale maxima; double-
+    // buffered: a warp may be one tile ahead of another
+    float* rb = red + ((t / 2) & 1) * 80;
     if (g == 0) {
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) rb[wp * 16 + 8 * j + 2 * i + e] = tmax[j][e];
     }
+    if constexpr (kPacked) {
+#pragma unroll
+      for (int blk = 0; blk < kLatentScales; ++blk) {
+        const float smax = col_max(fmaxf(sc[0][blk], sc[1][blk]));
+        if (lane == 0) rb[64 + 4 * wp + blk] = smax;
+      }
+    }
     wg::named_sync(bar, 128);
+    // packed: the running scale maxima; a block whose maximum moved rescales its rows of O^T (rare past the first
+    // tiles: the maximum only grows)
+    float inv_r[kPacked ? kLatentScales : 1];
+    if constexpr (kPacked) {
+#pragma unroll
+      for (int blk = 0; blk < kLatentScales; ++blk) {
+        const float tm = fmaxf(fmaxf(rb[64 + blk], rb[68 + blk]), fmaxf(rb[72 + blk], rb[76 + blk]));
+        if (tm > rmax[blk]) {  // the same values in every thread of the warpgroup: a uniform branch
+          const float f = rmax[blk] / tm;
+          rmax[blk] = tm;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            o[2 * blk][k] *= f;
+            o[2 * blk + 1][k] *= f;
+          }
+        }
+        inv_r[blk] = rmax[blk] > 0.f ? 1.f / rmax[blk] : 0.f;
+      }
+    }
     float alpha[2][2];
 #pragma unroll
     for (int j = 0; j < 2; ++j)
@@ -453,14 +578,30 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         alpha[j][e] = mn == m[j][e] ? 1.f : exp2_ftz(m[j][e] - mu);  // exactly 1 where the maximum stays
         m[j][e] = mn;
         // both keys' p as one hi/lo e4m3 pair each (key kr = 0 in the low byte)
-        unsigned short hv, lv;
-        split_e4m3(kPScale * exp2_ftz(x[j][e][0] - mu), kPScale * exp2_ftz(x[j][e][1] - mu), 1.f, hv, lv);
-        const float2 hf = e4m3x2_f32(hv), lf = e4m3x2_f32(lv);
-        const float ps = (hf.x + lf.x) + (hf.y + lf.y);  // the sums count what PV multiplies
+        const float pe0 = kPScale * exp2_ftz(x[j][e][0] - mu), pe1 = kPScale * exp2_ftz(x[j][e][1] - mu);
+        float ps;
+        if constexpr (kPacked) {  // per scale block: p s_b / R_b (at most p); the sums count p itself
+          ps = pe0 + pe1;
 #pragma unroll
-        for (int kr = 0; kr < 2; ++kr) {
-          p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
-          p_smem[2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
+          for (int blk = 0; blk < kLatentScales; ++blk) {
+            unsigned short hv, lv;
+            split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv, lv);
+#pragma unroll
+            for (int kr = 0; kr < 2; ++kr) {
+              p_smem[blk * 4096 + poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
+              p_smem[blk * 4096 + 2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
+            }
+          }
+        } else {
+          unsigned short hv, lv;
+          split_e4m3(pe0, pe1, 1.f, hv, lv);
+          const float2 hf = e4m3x2_f32(hv), lf = e4m3x2_f32(lv);
+          ps = (hf.x + lf.x) + (hf.y + lf.y);  // the sums count what PV multiplies
+#pragma unroll
+          for (int kr = 0; kr < 2; ++kr) {
+            p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
+            p_smem[2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
+          }
         }
         l[j][e] = l[j][e] * alpha[j][e] + ps;
       }
@@ -511,8 +652,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((kb * 32) >> 4));
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((2048 + kb * 32) >> 4));
+        const int pt = kPacked ? (d / 2) * 4096 : 0;  // packed: the P^T tiles of d's scale block
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kb * 32) >> 4));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + 2048 + kb * 32) >> 4));
       }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();  // (left in flight into the next tile's QK, ptxas serialises every wgmma)
@@ -520,7 +662,13 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d) wg::fence_operands(o[d]);
   }
   // ---- the epilogue: each warpgroup's row maxima and sums; warpgroup 1's O^T to warpgroup 0, which merges ----
-  float* sums = red + 128;
+  float* sums = red + 160;  // past both tile-maxima buffers (a warp may still read them)
+  if constexpr (kPacked) {  // O^T's rows of scale block b held O / R_b
+#pragma unroll
+    for (int d = 0; d < kDvBlocks; ++d)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[d][k] *= rmax[d / 2];
+  }
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -637,7 +785,8 @@ kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_l
   }
   __syncthreads();
   if (threadIdx.x >= kMathThreads) {
-    if (threadIdx.x == kMathThreads) producer_loop(ring, smem, &kv_map, bt_row, w);
+    if (kPacked || threadIdx.x == kMathThreads)
+      producer_loop(ring, smem, &kv_map, bt_row, w, k_cache, threadIdx.x - kMathThreads);
   } else {
     math_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, out_scale,
               causal);
