@@ -1,5 +1,6 @@
-"""The sm90 MLA kernel for per-tensor fp8 caches and at most 16 query rows per CTA (schedule 'keys_m'), placed
-by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M, the cache never converted.
+"""The sm90 MLA kernel for per-tensor fp8 caches (and DeepSeek's packed fp8_ds_mla token) and at most 16 query rows
+per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
+the cache never converted.
 
 One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp
 loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
@@ -11,8 +12,11 @@ the rescale slack, 128), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragm
 same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...):
 P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
 hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
-the split partials. bench/RESULTS.md, "fp8 MLA at 16 heads by fp8 wgmma with keys as M", has the measurements
-and the numerics (bench/hilo_e4m3_error.py).
+the split partials. Packed tokens (`packed`): the slot's fifth chunk is the rope's 64 bf16 values and the tile's
+scales follow the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale block plus a
+bf16 rope product, P^T is written once per scale block (docs/fp8.md). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8
+wgmma with keys as M" and the thirty-third session's section, has the measurements and the numerics
+(bench/hilo_e4m3_error.py).
 """
 from __future__ import annotations
 

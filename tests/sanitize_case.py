@@ -168,7 +168,7 @@ def poisoned_case(family, heads=16):
 
 def fp8_case(layout):
     """fp8 caches: MLA at 16 heads (sm80, the register path; on sm_90 its rows by bulk copies, block
-    scales stored beside them by the producer lanes) and 64 heads (on sm_90 the sm90 kernel,
+    scales stored beside them by the producer lanes; on sm_90 per-tensor and the packed token take schedule keys_m) and 64 heads (on sm_90 the sm90 kernel,
     page 16: four bulk copies per tile) and GQA (group 4 D 128 s_q 2, group 1 D 64: the consumers
     dequantize in registers) in `layout` (block: 64-wide scales, and 128-wide for GQA D = 128), with a
     split sequence whose tiles lap the rings many times."""
