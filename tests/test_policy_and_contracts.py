@@ -172,9 +172,10 @@ def test_launch_header_declarations_and_launches_match_the_contracts(family):
             assert main.args[-1].name == "kv_map" and "const kvforge::sm90::TensorMap& kv_map" in run
             encode = run[run.index("kvforge_tma::paged_kv_map("):]
             encode = " ".join(encode[:encode.index(");")].split())
+            row = cfg.kv_token_bytes  # a cached token's bytes (the packed fp8_ds_mla token: 656)
             assert encode == (f"kvforge_tma::paged_kv_map(&kv_map_cache, k_cache, num_pages, "
-                              f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {cfg.head_dim_qk}, {cfg.page_size}, "
-                              f"{cfg.head_dim_qk * elem}, {cfg.head_dim_qk * elem * cfg.page_size}, {128 // elem}, "
+                              f"CU_TENSOR_MAP_DATA_TYPE_{dtype}, {row // elem}, {cfg.page_size}, "
+                              f"{row}, {row * cfg.page_size}, {128 // elem}, "
                               f"{cfg.box_rows}")
         elif v in tma:
             # rows of every KV head: [num_pages][page_size][num_kv_heads * D], boxes of one head's 128 bytes

@@ -45,7 +45,8 @@ constexpr int kLatentChunks = 5;  // chunks QK reads as e4m3
 constexpr int kRopeSteps = 0;        // packed: bf16 k16 steps of the rope's QK
 constexpr int kLatentScales = 0;   // packed: fp32 scales per token (128 columns each)
 constexpr int kPTiles = 2;              // P^T tiles per warpgroup: hi, lo (per scale block)
-constexpr int kChunkCol[kChunks] = { 0, 128, 256, 384, 512 };  // each chunk's TMA column
+// each chunk's TMA column: 128 c, but the last chunk's (packed: the rope, past the latent values and the scales)
+constexpr int kLastChunkCol = 512;
 constexpr int kDvBlocks = 8;         // 64-dim blocks of the PV product
 constexpr int kBoxRows = 16;
 constexpr int kBoxesPerTile = 4;
@@ -57,6 +58,7 @@ constexpr int kSmemBytes = 196656;
 constexpr int kOffQt = 0;
 constexpr int kOffQRope = 0;  // packed: c q's rope, bf16
 constexpr int kOffScales = kChunks * kChunkBytes;                  // in a slot (packed): 16 bytes of scales per key
+constexpr int kRedStride = kPacked ? 80 : 64;  // floats per tile parity in `red`: 64 row maxima (+ 16 scale maxima)
 constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo (per scale block)
 constexpr int kOffRed = 28672;          // per warpgroup 1 KB
 constexpr int kOffStats = 30720;      // float[2][2][16]: row max, row sum per warpgroup
@@ -95,6 +97,7 @@ constexpr int kTokenBytes = 576;  // one cached token (of one KV head)
 constexpr int kScaleBlocks = 0;
 constexpr int kScaleBlock = 128;
 constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
+static_assert(kLastChunkCol == (kPacked ? kPackedLatent + 16 : (kChunks - 1) * 128), "the last chunk's column");
 static_assert(kPacked ? (!kPerTensorScale && kTokenBytes == 656 && kPackedLatent == 512)
                       : (kPerTensorScale && kTokenBytes == kDqk), "per-tensor fp8 tokens or the 656-byte packed token");
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
@@ -300,7 +303,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
       for (int bx = 0; bx < kBoxesPerTile; ++bx) {
         if (bx >= count) break;
         for (int c = 0; c < kChunks; ++c)
-          wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, kChunkCol[c],
+          wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, c + 1 < kChunks ? c * 128 : kLastChunkCol,
                           (j0 + bx * kBoxRows) % kPageSize, page[bx]);
       }
     }
@@ -533,7 +536,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       }
     // red: per tile parity [4 warps][16 rows] tile maxima, then (packed) [4 warps][4 blocks] scale maxima; double-
     // buffered: a warp may be one tile ahead of another
-    float* rb = red + ((t / 2) & 1) * 80;
+    float* rb = red + ((t / 2) & 1) * kRedStride;
     if (g == 0) {
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -662,7 +665,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d) wg::fence_operands(o[d]);
   }
   // ---- the epilogue: each warpgroup's row maxima and sums; warpgroup 1's O^T to warpgroup 0, which merges ----
-  float* sums = red + 160;  // past both tile-maxima buffers (a warp may still read them)
+  float* sums = red + 2 * kRedStride;  // past both tile-maxima buffers (a warp may still read them)
   if constexpr (kPacked) {  // O^T's rows of scale block b held O / R_b
 #pragma unroll
     for (int d = 0; d < kDvBlocks; ++d)
