@@ -44,10 +44,51 @@ def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
+def bf16(x):
+    """Round to bfloat16 (8 significant bits, nearest even), as the kernel stores the packed token's rope and c q's."""
+    a = np.abs(np.asarray(x, np.float64))
+    e = np.floor(np.log2(np.maximum(a, 1e-300)))
+    ulp = 2.0 ** (e - 7)
+    return np.sign(x) * np.round(a / ulp) * ulp
+
+
+def error_packed(rng, spread: float, q_sd: float = 1.0, h=16, n=4096, p_scale=128.0) -> float:
+    """Relative L2 error of schedule keys_m on the packed fp8_ds_mla token (512 e4m3 latent values with one fp32 scale
+    per 128 columns, 64 bf16 rope values), emulated: q's latent part as hi/lo e4m3 pairs, its rope as bf16 of c q,
+    each latent block's product scaled per key; P^T per scale block as hi/lo e4m3 of p_scale p s_b / R_b (R_b the
+    largest scale of block b), O's block rows multiplied back by R_b, the sums of p in full precision. The scales
+    are log-normal with sd `spread` (natural-log units), against the exact result on the dequantized cache."""
+    lat, blocks = 512, 4
+    q = rng.standard_normal((h, lat + 64)) * q_sd
+    k8 = e4m3(rng.standard_normal((n, lat)) * 2.0)
+    sc = np.exp(rng.standard_normal((n, blocks)) * spread) / 64
+    rope = bf16(rng.standard_normal((n, 64)) * 0.5)
+    deq = k8 * np.repeat(sc, lat // blocks, axis=1)
+    scale = 1 / np.sqrt(lat + 64)
+    s_ref = (q @ np.concatenate([deq, rope], 1).T) * scale
+    p_ref = np.exp(s_ref - s_ref.max(1, keepdims=True))
+    ref = (p_ref @ deq) / p_ref.sum(1, keepdims=True)
+    c = 400 / np.abs(q[:, :lat]).max(1, keepdims=True)
+    q_lat = hilo(q[:, :lat] * c, 4) / c
+    q_rope = bf16(q[:, lat:] * c) / c
+    s = sum((q_lat[:, b * 128:(b + 1) * 128] @ k8[:, b * 128:(b + 1) * 128].T) * sc[:, b] for b in range(blocks))
+    s = (s + q_rope @ rope.T) * scale
+    p = np.exp(s - s.max(1, keepdims=True))
+    out = np.zeros((h, lat))
+    for b in range(blocks):
+        r = sc[:, b].max()
+        pb = hilo(p * (sc[:, b] / r) * p_scale, 0) / p_scale
+        out[:, b * 128:(b + 1) * 128] = (pb @ k8[:, b * 128:(b + 1) * 128]) * r
+    out /= p.sum(1, keepdims=True)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     for qm, pm in (("hilo", "hilo"), ("hilo", "exact"), ("single", "exact"), ("exact", "single"), ("exact", "hilo")):
         print(f"q {qm:6s} p {pm:6s}: " + ", ".join(f"|q| sd {sd:g}: {error(rng, qm, pm, sd):.2e}" for sd in (1.0, 4.0)))
+    print("packed fp8_ds_mla (keys_m), log-normal scales: " + ", ".join(
+        f"sd {sd:g}: {error_packed(rng, sd):.2e}" for sd in (0.25, 1.0, 2.0)))
     print("q hilo   p hilo, p scale 128, max lagging by 1.5: " + ", ".join(
         f"|q| sd {sd:g}: {error(rng, 'hilo', 'hilo', sd, p_scale=128.0, lag=1.5):.2e}" for sd in (1.0, 4.0)))
 

@@ -1,4 +1,5 @@
-"""The numerics of schedule 'keys_m' (codegen/sm90_keys_m.py: queries and probabilities as hi/lo e4m3 pairs),
+"""The numerics of schedule 'keys_m' (codegen/sm90_keys_m.py: queries and probabilities as hi/lo e4m3 pairs; on the
+packed fp8_ds_mla token, per-block scales and the bf16 rope),
 emulated in float64 by bench/hilo_e4m3_error.py: the emulation rounds as the e4m3fn format, and the pairs stay within
 the 1e-2 bar where a single e4m3 does not. (The kernel itself: tests/test_fp8_gpu.py on the GPU, its SASS in
 tests/test_sass.py.)"""
@@ -36,3 +37,14 @@ def test_hilo_pairs_carry_q_and_p_within_the_bar_and_single_e4m3_does_not():
     # the lazy rescale's P: scale 128, p up to 2^1.5 (the running maximum lagging by the slack)
     assert m.error(rng, "hilo", "hilo", 1.0, n=512, p_scale=128.0, lag=1.5) < 5e-3
     assert m.error(rng, "single", "exact", 1.0, n=512) > 1e-2
+
+
+def test_packed_token_numerics_stay_within_the_bar_for_spread_scales():
+    """keys_m on fp8_ds_mla, emulated: latent blocks scaled per key, the rope in bf16, P^T per scale block against the
+    block's largest scale; log-normal scales from sd 0.25 to 2 (a 1:3000 range) stay near 1e-3."""
+    np = pytest.importorskip("numpy")
+    m = _numerics()
+    assert m.bf16(np.array([1.00390625, 1.005859375, -3.14159])).tolist() == [1.0, 1.0078125, -3.140625]
+    rng = np.random.default_rng(1)
+    for spread in (0.25, 2.0):
+        assert m.error_packed(rng, spread, n=512) < 5e-3, spread
