@@ -96,6 +96,21 @@ class Sm90KeysMTiling:
         return KEYS_M_BLOCK_N * 4 * DS_MLA_SCALES if self.packed else 0
 
     @property
+    def scale_offset(self) -> int:
+        """Packed: where a slot's scales start, past its chunks."""
+        return self.chunks * self.chunk_bytes
+
+    @property
+    def red_stride(self) -> int:
+        """Floats per tile parity of a warpgroup's reduction scratch: the four warps' 16 row maxima, and (packed) their
+        maxima of each latent block's scales."""
+        return 4 * KEYS_M_ROWS + 4 * self.scale_blocks
+
+    @property
+    def p_tile_bytes(self) -> int:
+        return P_TILE_BYTES
+
+    @property
     def v_blocks_per_scale(self) -> int:
         """64-dim PV blocks per latent scale block."""
         return DS_MLA_SCALE_BLOCK // 64

@@ -5,7 +5,7 @@
 //
 //   kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_692cba01  main kernel: each CTA derives its key chunk from cache_seqlens (the split plan)
 //       and checks the block-table entries that chunk reaches. The last warp is the producer: one thread walks
-//       the block table and loads each 64-key fp8 tile (5 128-column boxes per page
+//       the block table and loads each 64-key fp8 tile (packed: every lane also copies two keys' scales) (5 128-column boxes per page
 //       run) by TMA into the mbarrier ring. Math warpgroups 0 and 1 take alternate tiles: S^T = K Q^T (wgmma
 //       m64n32k32 e4m3, the tile as A, Q^T as hi and lo e4m3 rows), the softmax over keys per query row, P^T as
 //       hi and lo e4m3 tiles, O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T from the same slot by ldmatrix.trans and
@@ -57,8 +57,11 @@ constexpr int kMinKeysPerSplit = 256;
 constexpr int kSmemBytes = 196656;
 constexpr int kOffQt = 0;
 constexpr int kOffQRope = 0;  // packed: c q's rope, bf16
-constexpr int kOffScales = kChunks * kChunkBytes;                  // in a slot (packed): 16 bytes of scales per key
-constexpr int kRedStride = kPacked ? 80 : 64;  // floats per tile parity in `red`: 64 row maxima (+ 16 scale maxima)
+constexpr int kOffScales = 40960;   // in a slot (packed): 16 bytes of scales per key
+constexpr int kRedStride = 64;  // floats per tile parity in `red`: row (and scale) maxima
+constexpr int kPTileBytes = 2048;  // one P^T tile (hi or lo); per scale block two
+constexpr int kScaleSlots = kPacked ? kLatentScales : 1;  // per-block arrays' extent (1 where there are no scales)
+constexpr int kVBlocksPerScale = 2;  // packed: 64-dim PV blocks per scale block
 constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo (per scale block)
 constexpr int kOffRed = 28672;          // per warpgroup 1 KB
 constexpr int kOffStats = 30720;      // float[2][2][16]: row max, row sum per warpgroup
@@ -75,11 +78,13 @@ using Ring = kvforge::KVRing<kStages, 1, 1, 4>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
 static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 && kThreads == kMathThreads + 32, "roles");
-static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes + (kPacked ? kBN * 16 : 0),
-              "tiles");
+static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kOffScales == kChunks * kChunkBytes &&
+              kStageBytes == kOffScales + (kPacked ? kBN * 16 : 0), "tiles");
+static_assert(kRedStride == 64 + (kPacked ? 4 * kLatentScales : 0) && 2 * kRedStride + 64 <= 256, "red: 1 KB per warpgroup");
 static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
               kQtChunkBytes == 32 * 128, "steps");
-static_assert(!kPacked || (kLatentScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8),
+static_assert(!kPacked || (kLatentScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8 &&
+                           kVBlocksPerScale * kLatentScales == kDvBlocks),
               "the packed token: 4 x 128 latent columns with a scale each, 64 bf16 rope values");
 static_assert(kBoxRows * kBoxesPerTile == kBN && kBoxBytes == kBoxRows * 128, "TMA boxes");
 static_assert(kOffQt % 1024 == 0 && kOffP % 1024 == 0 && kOffKV % 1024 == 0, "swizzle atoms");
@@ -258,11 +263,6 @@ __device__ __forceinline__ void split_e4m3(float x0, float x1, float unit, unsig
   lo = f32x2_e4m3(unit * (x0 - h.x), unit * (x1 - h.y));
 }
 
-// Byte offset of (row, byte column) in a 128-byte-swizzle tile of kChunk-byte chunks of 128 columns.
-template <int kChunk>
-__device__ __forceinline__ int sw(int row, int col) {
-  return (col / 128) * kChunk + row * 128 + ((((col % 128) / 16) ^ (row % 8)) * 16) + (col % 16);
-}
 // The k slot (0..31 of a k32 block) of key kappa (0..31): the order ldmatrix.trans + prmt give V^T's fragments.
 __device__ __forceinline__ int key_slot(int kappa) {
   const int half = kappa / 16, kl = kappa % 16;
@@ -358,7 +358,7 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
         const __nv_bfloat162 h2 = __floats2bfloat162_rn(c * v[8 * j + 2 * e], c * v[8 * j + 2 * e + 1]);
         bf[e] = *reinterpret_cast<const u32*>(&h2);
       }
-      *reinterpret_cast<uint4*>(smem + kOffQRope + sw<2048>(r, 16 * sub)) = make_uint4(bf[0], bf[1], bf[2], bf[3]);
+      *reinterpret_cast<uint4*>(smem + kOffQRope + wg::swizzle128<kQRows * 128, 1>(r, 16 * sub)) = make_uint4(bf[0], bf[1], bf[2], bf[3]);
       continue;
     }
     u32 hi[2], lo[2];
@@ -370,8 +370,8 @@ __device__ __forceinline__ void stage_qt(unsigned char* smem, const T* q, const 
       lo[e / 2] = e % 2 ? lo[e / 2] | (static_cast<u32>(l) << 16) : l;
     }
     const int col = 64 * j + 8 * sub;
-    *reinterpret_cast<uint2*>(smem + kOffQt + sw<kQtChunkBytes>(r, col)) = make_uint2(hi[0], hi[1]);
-    *reinterpret_cast<uint2*>(smem + kOffQt + sw<kQtChunkBytes>(kQRows + r, col)) = make_uint2(lo[0], lo[1]);
+    *reinterpret_cast<uint2*>(smem + kOffQt + wg::swizzle128<kQtChunkBytes, 1>(r, col)) = make_uint2(hi[0], hi[1]);
+    *reinterpret_cast<uint2*>(smem + kOffQt + wg::swizzle128<kQtChunkBytes, 1>(kQRows + r, col)) = make_uint2(lo[0], lo[1]);
   }
 }
 
@@ -413,7 +413,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
       for (int kr = 0; kr < 2; ++kr) {
         const int kappa = 16 * wp + g + 8 * kr;
-        poff[j][e][kr] = sw<2048>(8 * j + 2 * i + e, 32 * (kappa / 32) + key_slot(kappa % 32));
+        poff[j][e][kr] = wg::swizzle128<kPTileBytes, 1>(8 * j + 2 * i + e, 32 * (kappa / 32) + key_slot(kappa % 32));
       }
   u32 lds_off[2];
 #pragma unroll
@@ -434,13 +434,13 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     }
   // packed: per latent scale block the warpgroup's running maximum of the scales it has seen (R); P^T of block b
   // holds p s_b / R_b, so O^T's rows of block b hold O / R_b until the epilogue multiplies them back
-  float rmax[kPacked ? kLatentScales : 1];
+  float rmax[kScaleSlots];
 #pragma unroll
-  for (int b = 0; b < (kPacked ? kLatentScales : 1); ++b) rmax[b] = 0.f;
+  for (int b = 0; b < kScaleSlots; ++b) rmax[b] = 0.f;
   const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
   const u64 qr_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQRope), 16, 1024);  // packed: the rope's c q
-  unsigned char* const p_smem = smem + kOffP + mg * kPTiles * 2048;
-  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo 2048 bytes on (per block 4096)
+  unsigned char* const p_smem = smem + kOffP + mg * kPTiles * kPTileBytes;
+  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo kPTileBytes on (per scale block 2 kPTileBytes)
   for (int t = mg; t < w.num_tiles; t += 2) {
     const int j0 = w.key_begin + t * kBN;
     const int valid = min(kBN, w.key_end - j0);
@@ -452,7 +452,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     // each k step's descriptors: the base descriptor plus the step's byte offset in 16-byte units (the address
     // field's 14 bits hold any shared-memory address, so the sum never carries into the next field)
     const u64 da0 = wg::desc_sw128(st_addr, 16, 1024);
-    float sc[2][kPacked ? kLatentScales : 1];  // packed: this thread's two keys' latent scales
+    float sc[2][kScaleSlots];  // packed: this thread's two keys' latent scales
     if constexpr (kPacked) {
       // each latent scale block into its own accumulator (two, alternating: one is scaled while the next block's
       // wgmmas run), added into S with the key's scale; then the rope's bf16 product into S's hi columns
@@ -553,7 +553,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     wg::named_sync(bar, 128);
     // packed: the running scale maxima; a block whose maximum moved rescales its rows of O^T (rare past the first
     // tiles: the maximum only grows)
-    float inv_r[kPacked ? kLatentScales : 1];
+    float inv_r[kScaleSlots];
     if constexpr (kPacked) {
 #pragma unroll
       for (int blk = 0; blk < kLatentScales; ++blk) {
@@ -562,10 +562,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
           const float f = rmax[blk] / tm;
           rmax[blk] = tm;
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            o[2 * blk][k] *= f;
-            o[2 * blk + 1][k] *= f;
-          }
+          for (int vb = 0; vb < kVBlocksPerScale; ++vb)
+#pragma unroll
+            for (int k = 0; k < 8; ++k) o[kVBlocksPerScale * blk + vb][k] *= f;
         }
         inv_r[blk] = rmax[blk] > 0.f ? 1.f / rmax[blk] : 0.f;
       }
@@ -591,8 +590,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
             split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv, lv);
 #pragma unroll
             for (int kr = 0; kr < 2; ++kr) {
-              p_smem[blk * 4096 + poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
-              p_smem[blk * 4096 + 2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
+              p_smem[2 * kPTileBytes * blk + poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
+              p_smem[2 * kPTileBytes * blk + kPTileBytes + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
             }
           }
         } else {
@@ -603,7 +602,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
           for (int kr = 0; kr < 2; ++kr) {
             p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
-            p_smem[2048 + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
+            p_smem[kPTileBytes + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
           }
         }
         l[j][e] = l[j][e] * alpha[j][e] + ps;
@@ -655,9 +654,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
-        const int pt = kPacked ? (d / 2) * 4096 : 0;  // packed: the P^T tiles of d's scale block
+        const int pt = kPacked ? (d / kVBlocksPerScale) * 2 * kPTileBytes : 0;  // packed: the P^T tiles of d's scale block
         wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kb * 32) >> 4));
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + 2048 + kb * 32) >> 4));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kPTileBytes + kb * 32) >> 4));
       }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();  // (left in flight into the next tile's QK, ptxas serialises every wgmma)
@@ -670,7 +669,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) o[d][k] *= rmax[d / 2];
+      for (int k = 0; k < 8; ++k) o[d][k] *= rmax[d / kVBlocksPerScale];
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j)

@@ -64,11 +64,13 @@ __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
 
-// Byte offset of 16-bit element (row, col) in a tile of 128-byte-swizzle chunks of 64 columns, each chunk
-// kChunkBytes (its rows x 128 B): the TMA's layout, which the wgmma descriptors below read.
-template <int kChunkBytes>
+// Byte offset of element (row, col) in a tile of 128-byte-swizzle chunks of 128 bytes' columns (64 16-bit or 128
+// fp8 elements), each chunk kChunkBytes (its rows x 128 B): the TMA's layout, which the wgmma descriptors below read.
+template <int kChunkBytes, int kElemBytes = 2>
 __device__ __forceinline__ int swizzle128(int row, int col) {
-  return (col / 64) * kChunkBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
+  constexpr int kPerChunk = 128 / kElemBytes, kPerUnit = 16 / kElemBytes;  // elements per chunk row, per 16 bytes
+  return (col / kPerChunk) * kChunkBytes + row * 128 + ((((col % kPerChunk) / kPerUnit) ^ (row % 8)) * 16) +
+         (col % kPerUnit) * kElemBytes;
 }
 
 // Ordinary shared-memory stores made visible to the async proxy (wgmma operand reads, TMA).
