@@ -1,8 +1,8 @@
 """Two-arm A/B in child processes, shared by bench/tree_ab.py (two source trees) and the measurement-only define
 A/Bs (guard_ab, loads_off_ab, stagger_ab: `define_ab`; l2_policy_ab, pdl_ab: `define_prelude`). The runtime caches plans per config, so two builds of one config cannot share
 a process: each arm's child runs once per round, rounds alternating which arm goes first. A child times its
-shapes' built-in calls (bench.run_kvforge: with the max_seq_len hint, as bench.py calls them; or per-tensor e4m3
-caches of the same values) by CUDA-graph replays and prints one line, "RESULT <json [[label, ms], ...]>".
+shapes' built-in calls (bench.run_kvforge: with the max_seq_len hint, as bench.py calls them; or e4m3 caches of
+the same values, per-tensor or DeepSeek's packed token) by CUDA-graph replays and prints one line, "RESULT <json [[label, ms], ...]>".
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ out = []
 for sh in {shapes}:
     copies = kv_copies(sh.bytes())
     q, kv, bt, lens = make_inputs(sh, copies)
-    if {fp8!r}:  # per-tensor e4m3 caches of the same values (MLA)
-        kv = [kvforge.quantize_kv(k, "per_tensor") for k, _ in kv]
+    if {fp8!r}:  # e4m3 caches of the same values (MLA) in that layout: per_tensor or fp8_ds_mla
+        kv = [kvforge.quantize_kv(k, {fp8!r}) for k, _ in kv]
         calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, kv_scale=kv[i][1], max_seq_len=sh.s_k)
                  for i in range(copies)]
     else:
         calls = [lambda i=i: run_kvforge(sh, q, *kv[i], bt, lens) for i in range(copies)]
-    out.append((sh.label + (" fp8 per-tensor" if {fp8!r} else ""), graph_ms(calls, 20)))
+    out.append((sh.label + (" fp8 " + {fp8!r} if {fp8!r} else ""), graph_ms(calls, 20)))
     del q, kv, calls
     torch.cuda.empty_cache()
 print("RESULT " + json.dumps(out))
@@ -46,11 +46,12 @@ def define_prelude(macro: str) -> str:
             f'C.render_variant = lambda v: "#define {macro} 1\\n" + _render(v)')
 
 
-def child_times(shapes: str, *, prelude: str = "", fp8: bool = False, pythonpath: Path | None = None,
+def child_times(shapes: str, *, prelude: str = "", fp8: str = "", pythonpath: Path | None = None,
                 cwd: Path | None = None) -> dict[str, float]:
     """{label: ms} from one child process: `shapes` a Python expression over bench's names (SHAPES,
     SHORT_SHAPES, Shape), `prelude` code run before kvforge is imported (a render patch, an assertion on
-    which tree is imported), `pythonpath` put first on the child's path (another tree's root)."""
+    which tree is imported), `fp8` an MLA cache layout of kvforge.quantize_kv ("per_tensor", "fp8_ds_mla") to time
+    instead of the 16-bit cache, `pythonpath` put first on the child's path (another tree's root)."""
     code = CHILD.format(bench_dir=str(BENCH_DIR), prelude=prelude, shapes=shapes, fp8=fp8)
     env = dict(os.environ)
     if pythonpath is not None:

@@ -264,9 +264,32 @@ __device__ __forceinline__ void split_e4m3(float x0, float x1, float unit, unsig
 }
 
 // The k slot (0..31 of a k32 block) of key kappa (0..31): the order ldmatrix.trans + prmt give V^T's fragments.
-__device__ __forceinline__ int key_slot(int kappa) {
-  const int half = kappa / 16, kl = kappa % 16;
-  return 16 * half + (kl < 8 ? 4 * (kl / 2) + (kl % 2) : 4 * ((kl - 8) / 2) + 2 + (kl % 2));
+__host__ __device__ constexpr int key_slot(int kappa) {
+  return 16 * (kappa / 16) + (kappa % 16 < 8 ? 4 * (kappa % 16 / 2) + kappa % 2 : 4 * ((kappa % 16 - 8) / 2) + 2 + kappa % 2);
+}
+// store_p_words relies on it: a lane pair's keys g, g + 1 (g even) and g + 8, g + 9 fill key slots 4 (g / 2) .. +3
+__host__ __device__ constexpr bool lane_pairs_fill_words() {
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 8; g += 2) {
+      const int base = 16 * h + 4 * (g / 2);
+      if (key_slot(16 * h + g) != base || key_slot(16 * h + g + 1) != base + 1 || key_slot(16 * h + g + 8) != base + 2 ||
+          key_slot(16 * h + g + 9) != base + 3)
+        return false;
+    }
+  return true;
+}
+static_assert(lane_pairs_fill_words(), "P^T's key slots: a lane pair's four keys make one 32-bit word");
+// A lane pair's (g even and odd: lanes l, l ^ 4) P^T bytes of two query rows (rows 0, 1) as 32-bit words: the pair's
+// four keys (even's kr 0, odd's kr 0, even's kr 1, odd's kr 1) sit in four consecutive key slots (key_slot). After one
+// exchange the even lane stores both rows' hi words in `tile`, the odd lane both rows' lo words kPTileBytes on.
+__device__ __forceinline__ void store_p_words(unsigned char* tile, int off0, int off1, int odd, unsigned short hv0,
+                                              unsigned short hv1, unsigned short lv0, unsigned short lv1) {
+  const u32 hv2 = hv0 | (static_cast<u32>(hv1) << 16), lv2 = lv0 | (static_cast<u32>(lv1) << 16);
+  const u32 recv = __shfl_xor_sync(0xffffffffu, odd ? hv2 : lv2, 4);
+  const u32 a = odd ? recv : hv2, b = odd ? lv2 : recv;  // the even lane's bytes, the odd lane's
+  unsigned char* t = tile + (odd ? kPTileBytes : 0);
+  *reinterpret_cast<u32*>(t + off0) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
+  *reinterpret_cast<u32*>(t + off1) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
 }
 // Reductions over the lanes holding one column of the accumulator (lane % 4 fixed: xor 4, 8, 16).
 __device__ __forceinline__ float col_max(float x) {
@@ -295,6 +318,19 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     int page[kBoxesPerTile];
 #pragma unroll
     for (int bx = 0; bx < kBoxesPerTile; ++bx) page[bx] = bx < count ? bt_row[(j0 + bx * kBoxRows) / kPageSize] : 0;
+    // packed: this lane's two keys' scale addresses, looked up before the wait for a free slot (as the pages are)
+    const unsigned char* scale_src[2] = {cache, cache};
+    bool scale_valid[2] = {false, false};
+    if constexpr (kPacked) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const int j = j0 + 2 * lane + kk;
+        scale_valid[kk] = j < w.key_end;
+        if (scale_valid[kk])
+          scale_src[kk] += (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) * kTokenBytes +
+                           kPackedLatent;
+      }
+    }
     pipe.producer_acquire();
     unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
     if (lane == 0) {
@@ -309,14 +345,8 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     }
     if constexpr (kPacked) {
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const int key = 2 * lane + kk, j = j0 + key;
-        const bool valid = j < w.key_end;
-        const unsigned char* src = cache;
-        if (valid)
-          src += (static_cast<long long>(bt_row[j / kPageSize]) * kPageSize + j % kPageSize) * kTokenBytes + kPackedLatent;
-        kvforge::sm80::cp_async_16(stage + kOffScales + 16 * key, src, valid);
-      }
+      for (int kk = 0; kk < 2; ++kk)
+        kvforge::sm80::cp_async_16(stage + kOffScales + 16 * (2 * lane + kk), scale_src[kk], scale_valid[kk]);
       pipe.producer_commit_cp_async();
     }
     pipe.advance();
@@ -403,18 +433,14 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       colscale[j][e] = scale_log2 * reinterpret_cast<const float*>(smem + kOffQScale)[r];
       last_key[j][e] = min(w.key_end, causal ? w.seqlen - s_q + rows.qi(r) + 1 : w.key_end) - 1;
     }
-  // loop-invariant addresses: this thread's bytes of P^T (row, key slot), its ldmatrix row in a slot (key 32 kb +
+  // loop-invariant addresses: this lane pair's 32-bit word of P^T per row (key slots 16 wp + 4 (g / 2) .. +3, which
+  // hold keys 16 wp + g (+8) of the pair's even and odd lanes: key_slot), its ldmatrix row in a slot (key 32 kb +
   // lane, 16 bytes of dims 64 d + 16 wp: chunk d / 2, 16-byte unit 4 (d % 2) + wp)
-  int poff[2][2][2];
+  int poff[2][2];
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int kr = 0; kr < 2; ++kr) {
-        const int kappa = 16 * wp + g + 8 * kr;
-        poff[j][e][kr] = wg::swizzle128<kPTileBytes, 1>(8 * j + 2 * i + e, 32 * (kappa / 32) + key_slot(kappa % 32));
-      }
+    for (int e = 0; e < 2; ++e) poff[j][e] = wg::swizzle128<kPTileBytes, 1>(8 * j + 2 * i + e, 16 * wp + 4 * (g / 2));
   u32 lds_off[2];
 #pragma unroll
   for (int par = 0; par < 2; ++par) lds_off[par] = lane * 128 + (((4 * par + wp) ^ (lane % 8)) * 16);
@@ -571,7 +597,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     }
     float alpha[2][2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < 2; ++j) {
+      unsigned short hv[2][kScaleSlots], lv[2][kScaleSlots];  // per row e (per scale block): both keys' hi, lo e4m3
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = 8 * j + 2 * i + e;
@@ -585,28 +612,20 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         if constexpr (kPacked) {  // per scale block: p s_b / R_b (at most p); the sums count p itself
           ps = pe0 + pe1;
 #pragma unroll
-          for (int blk = 0; blk < kLatentScales; ++blk) {
-            unsigned short hv, lv;
-            split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv, lv);
-#pragma unroll
-            for (int kr = 0; kr < 2; ++kr) {
-              p_smem[2 * kPTileBytes * blk + poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
-              p_smem[2 * kPTileBytes * blk + kPTileBytes + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
-            }
-          }
+          for (int blk = 0; blk < kLatentScales; ++blk)
+            split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv[e][blk], lv[e][blk]);
         } else {
-          unsigned short hv, lv;
-          split_e4m3(pe0, pe1, 1.f, hv, lv);
-          const float2 hf = e4m3x2_f32(hv), lf = e4m3x2_f32(lv);
+          split_e4m3(pe0, pe1, 1.f, hv[e][0], lv[e][0]);
+          const float2 hf = e4m3x2_f32(hv[e][0]), lf = e4m3x2_f32(lv[e][0]);
           ps = (hf.x + lf.x) + (hf.y + lf.y);  // the sums count what PV multiplies
-#pragma unroll
-          for (int kr = 0; kr < 2; ++kr) {
-            p_smem[poff[j][e][kr]] = static_cast<unsigned char>(hv >> (8 * kr));
-            p_smem[kPTileBytes + poff[j][e][kr]] = static_cast<unsigned char>(lv >> (8 * kr));
-          }
         }
         l[j][e] = l[j][e] * alpha[j][e] + ps;
       }
+#pragma unroll
+      for (int blk = 0; blk < kScaleSlots; ++blk)
+        store_p_words(p_smem + 2 * kPTileBytes * blk, poff[j][0], poff[j][1], g & 1, hv[0][blk], hv[1][blk],
+                      lv[0][blk], lv[1][blk]);
+    }
     if (!kLazyRescale ||
         __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f || alpha[1][0] != 1.f || alpha[1][1] != 1.f)) {
 #pragma unroll
