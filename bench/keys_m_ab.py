@@ -1,8 +1,9 @@
-"""A/B of schedule 'keys_m' (per-tensor fp8 MLA by fp8 wgmma with keys as M, codegen/sm90_keys_m.py) against the
+"""A/B of schedule 'keys_m' (fp8 MLA by fp8 wgmma with keys as M, codegen/sm90_keys_m.py) against the
 built-in fp8 call and the built-in 16-bit call, per shape (issue 9's target: per-tensor fp8 >= 1.8x kvforge's 16-bit
 at b=128 s_k=4096 h=16).
 
-    python bench/keys_m_ab.py [--rounds 3] [--stages 4] [--qk-chains 1] [--layout per_tensor|fp8_ds_mla] [--shapes 0,4]
+    python bench/keys_m_ab.py [--rounds 3] [--stages 4] [--qk-chains 1] [--layout per_tensor|block|fp8_ds_mla]
+                              [--block 64|128] [--shapes 0,4]
 
 Same method as bench/bench.py (graph replays, KV copies rotating past the L2, the calls of a shape captured
 together and timed in rounds of rotating order, the median per call); 'rel' is keys_m's relative L2 difference
@@ -31,26 +32,29 @@ SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16),
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--stages", type=int, default=None, help="keys_m's ring depth (default: sm90_keys_m_choice's)")
     ap.add_argument("--qk-chains", type=int, default=1)
     ap.add_argument("--shapes", default="", help="indices into SHAPES (comma-separated; default all)")
-    ap.add_argument("--layout", choices=("per_tensor", "fp8_ds_mla"), default="per_tensor",
-                    help="the fp8 cache layout; 'fp8 built-in' is then the sm80 kernel (the built-in before keys_m "
-                         "took the layout)")
+    ap.add_argument("--layout", choices=("per_tensor", "block", "fp8_ds_mla"), default="per_tensor",
+                    help="the fp8 cache layout; past per_tensor 'fp8 built-in' is the sm80 kernel (the built-in before "
+                         "keys_m took the layout)")
+    ap.add_argument("--block", type=int, choices=(64, 128), default=None, help="scale block size of --layout block")
     args = ap.parse_args()
+    if (args.layout == "block") != (args.block is not None):
+        ap.error("--block goes with --layout block (and it needs one)")
     picked = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     print("| shape | 16-bit built-in ms | fp8 built-in ms (x 16-bit) | keys_m ms (x 16-bit) | keys_m / fp8 built-in | rel |")
     print("|---|---|---|---|---|---|")
     for sh in picked:
         cfg = sm90_keys_m_choice("bf16", sh.page, sh.s_q, stages=args.stages, qk_chains=args.qk_chains,
-                                 scale_mode=args.layout)
+                                 scale_mode=args.layout, scale_block_size=args.block)
         base = None
         if args.layout != "per_tensor":
             base = select_decode_config("mla_decode", "sm_90", "bf16", sh.page, heads=sh.hq, head_dim=576, s_q=sh.s_q,
-                                        backend="sm80", scale_mode=args.layout)
-        copies = kv_copies(kv_bytes(sh, args.layout, None))
+                                        backend="sm80", scale_mode=args.layout, scale_block_size=args.block)
+        copies = kv_copies(kv_bytes(sh, args.layout, args.block))
         q, kv, bt, lens = make_inputs(sh, copies)
-        qkv = quantized(sh, kv, args.layout, None)
+        qkv = quantized(sh, kv, args.layout, args.block)
         causal = sh.s_q > 1
 
         def call(entry, config=None):

@@ -156,7 +156,8 @@ class Sm90DecodeConfig(DecodeConfig):
         """Schedule 'keys_m''s tiling (its own kernel, templates/cuda/decode_sm90_keys_m.cu.j2)."""
         return Sm90KeysMTiling(head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, page_size=self.page_size,
                                stages=self.num_kv_stages, rescale_slack_log2=self.rescale_slack_log2,
-                               packed=self.scale_mode == "fp8_ds_mla")
+                               packed=self.scale_mode == "fp8_ds_mla",
+                               scale_block=(self.scale_block_size or 0) if self.scale_mode == "block" else 0)
 
     @property
     def rescale_slack_log2(self) -> float:
@@ -227,15 +228,16 @@ class Sm90DecodeConfig(DecodeConfig):
                              f"mbarrier's transaction count ({MAX_TX_BYTES})")
 
     def _validate_keys_m(self, where: str) -> None:
-        """Schedule 'keys_m': per-tensor fp8 MLA, at most 16 query rows, tiles of 64 keys, a ring of 2 or 4 slots;
-        the other schedules' fields keep their defaults (split sequences go to the combine kernel in fp32)."""
-        if not self.is_fp8 or self.scale_mode not in ("per_tensor", "fp8_ds_mla"):
-            raise ValueError(f"{where}.schedule='keys_m': for fp8 caches with per-tensor scales or DeepSeek's packed "
-                             f"token (kv_dtype='fp8_e4m3', scale_mode 'per_tensor' or 'fp8_ds_mla'; got kv_dtype="
-                             f"{self.kv_dtype!r}, scale_mode={self.scale_mode!r})")
-        if self.scale_mode == "fp8_ds_mla" and self.qk_chains != 1:
-            raise ValueError(f"{where}.qk_chains={self.qk_chains}: schedule 'keys_m' on fp8_ds_mla caches accumulates "
-                             "the QK product per scale block (one chain); use 1")
+        """Schedule 'keys_m': fp8 MLA (per-tensor, block scales of 64 or 128 columns, the packed token), at most 16
+        query rows, tiles of 64 keys, a ring of 2 or 4 slots; the other schedules' fields keep their defaults (split
+        sequences go to the combine kernel in fp32)."""
+        if not self.is_fp8 or self.scale_mode not in ("per_tensor", "block", "fp8_ds_mla"):
+            raise ValueError(f"{where}.schedule='keys_m': for fp8 caches with per-tensor scales, block scales or "
+                             f"DeepSeek's packed token (kv_dtype='fp8_e4m3', scale_mode 'per_tensor', 'block' or "
+                             f"'fp8_ds_mla'; got kv_dtype={self.kv_dtype!r}, scale_mode={self.scale_mode!r})")
+        if self.scale_mode != "per_tensor" and self.qk_chains != 1:
+            raise ValueError(f"{where}.qk_chains={self.qk_chains}: schedule 'keys_m' on {self.scale_mode} caches "
+                             "accumulates the QK product per scale block (one chain); use 1")
         if self.block_n != KEYS_M_BLOCK_N:
             raise ValueError(f"{where}.block_n={self.block_n}: schedule 'keys_m' takes tiles of {KEYS_M_BLOCK_N} keys "
                              "(wgmma's M)")
@@ -493,7 +495,8 @@ class Sm90DecodeConfig(DecodeConfig):
         # the producer thread's arrive.expect_tx (the TMA or bulk-copy bytes complete the phase), or
         # every producer thread once its share of the converted tile is stored ('slot': each sub-stage
         # has its own half of the producer warpgroup)
-        if self.keys_m:  # packed: also each producer lane once its scale copies land (cp.async, noinc)
+        if self.keys_m:  # packed: also each producer lane once its scale copies land (cp.async, noinc); block
+            # scales are bulk copies the TMA thread's expect-tx counts
             return 1 + (32 if self.scale_mode == "fp8_ds_mla" else 0)
         if self.converts_in_slot:
             return 128 // self.kv_subs
@@ -512,8 +515,9 @@ class Sm90DecodeConfig(DecodeConfig):
 
     @property
     def empty_arrivals(self) -> int:
-        if self.keys_m:
-            return 4  # the four warps of the warpgroup that took the tile, once its V^T fragments are in registers
+        if self.keys_m:  # the four warps of the warpgroup that took the tile, once its V^T fragments are in registers
+            # (block scales: its 128 threads, each releasing its own reads of the bulk-copied scales)
+            return 128 if self.scale_mode == "block" else 4
         return self.math_threads  # every math thread releases each (sub-)stage once per tile (release_all)
 
     @property

@@ -12,7 +12,7 @@ from . import policy
 from .decode import MLA_DIMS, DecodeConfig
 from .errors import ConfigError, build
 from .sm90_gqa import GQA_BLOCK_N, Sm90GqaTiling, sm90_gqa_min_rows
-from .sm90_keys_m import KEYS_M_ROWS
+from .sm90_keys_m import KEYS_M_ROWS, KEYS_M_SCALE_BLOCKS
 
 MAX_CONSUMER_WARPS = 8
 
@@ -318,10 +318,10 @@ SM90_MLA_MIN_ROWS = 17
 
 
 def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = False, head_dim: int = 128,
-                      scale_mode: str = "none") -> str:
+                      scale_mode: str = "none", scale_block_size: int | None = None) -> str:
     """The backend whose kernel runs these shapes best on a device of `arch` (measured): sm90 for
-    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) or a per-tensor fp8 cache
-    (`uses_keys_m`: schedule 'keys_m' at 16 rows or fewer), and for GQA on sm_90 from
+    MLA on sm_90 with more than 16 query rows per CTA (16-bit and fp8 caches alike) or an fp8 cache schedule 'keys_m'
+    reads (`uses_keys_m`: at 16 rows or fewer), and for GQA on sm_90 from
     `sm90_gqa.sm90_gqa_min_rows(head_dim, scale_mode)` query rows per KV head (group x s_q; 32 for 16-bit caches,
     more for some fp8 layouts), sm80 otherwise. `fp8` without a `scale_mode` counts as per-tensor."""
     if arch != "sm_90":
@@ -330,7 +330,7 @@ def preferred_backend(family: str, arch: str, heads: int, s_q: int, fp8: bool = 
         return "sm90"
     if fp8 and scale_mode == "none":
         scale_mode = "per_tensor"
-    if family == "mla_decode" and uses_keys_m(family, heads, s_q, scale_mode):
+    if family == "mla_decode" and uses_keys_m(family, heads, s_q, scale_mode, scale_block_size):
         return "sm90"
     if family == "gqa_decode" and heads * s_q >= sm90_gqa_min_rows(head_dim, scale_mode):
         return "sm90"
@@ -547,26 +547,35 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
 # 0.094 ms against 0.100 for 2 at b=128 s_k=4096 h=16; one QK chain 0.0911 against 0.0938 for two.
 SM90_KEYS_M_STAGES = 4
 SM90_KEYS_M_QK_CHAINS = 1
-KEYS_M_LAYOUTS = ("per_tensor", "fp8_ds_mla")  # the cache layouts schedule keys_m reads (codegen/sm90_keys_m.py)
+KEYS_M_LAYOUTS = ("per_tensor", "block", "fp8_ds_mla")  # the cache layouts schedule keys_m reads (sm90_keys_m.py)
 
 
-# Built in for per-tensor fp8 MLA at KEYS_M_ROWS query rows or fewer (heads x s_q) on sm_90: bench/keys_m_ab.py
-# (bench/RESULTS.md) measured it 1.08-2.61x the previous choice (the sm80 fp8 kernel) on every shape it ran, b=1-128,
-# s_k=1K-16K, 8-16 heads, s_q 1-2, pages 16 and 64.
-def uses_keys_m(family: str, heads: int, s_q: int, scale_mode: str) -> bool:
-    """Whether the sm90 MLA kernel of schedule 'keys_m' takes these shapes (MLA, a per-tensor fp8 cache or DeepSeek's
-    packed fp8_ds_mla token, at most KEYS_M_ROWS query rows: `heads` x `s_q`)."""
+# Built in for fp8 MLA at KEYS_M_ROWS query rows or fewer (heads x s_q) on sm_90: bench/keys_m_ab.py (bench/RESULTS.md)
+# measured it 1.08-2.61x the previous choice (the sm80 fp8 kernel) on every per-tensor shape it ran, b=1-128,
+# s_k=1K-16K, 8-16 heads, s_q 1-2, pages 16 and 64; on the packed token 1.11x / 3.77x (b=128 h=16 / s_q=2 h=8); with
+# block scales of 128 columns 1.28x / 3.0x, of 64 1.11x / 2.36x (32-column blocks stay on the sm80 kernel:
+# KEYS_M_SCALE_BLOCKS).
+def uses_keys_m(family: str, heads: int, s_q: int, scale_mode: str, scale_block_size: int | None = None) -> bool:
+    """Whether the sm90 MLA kernel of schedule 'keys_m' takes these shapes (MLA, an fp8 cache with per-tensor scales,
+    block scales of 64 or 128 columns or DeepSeek's packed fp8_ds_mla token, at most KEYS_M_ROWS query rows: `heads`
+    x `s_q`)."""
+    if scale_mode == "block" and scale_block_size not in KEYS_M_SCALE_BLOCKS:
+        return False
     return family == "mla_decode" and scale_mode in KEYS_M_LAYOUTS and heads * s_q <= KEYS_M_ROWS
 
 
-def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int = SM90_KEYS_M_STAGES,
-                       qk_chains: int = SM90_KEYS_M_QK_CHAINS, scale_mode: str = "per_tensor") -> DecodeConfig:
-    """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache or the packed fp8_ds_mla token: 16 query
-    rows per CTA (16 // s_q heads)."""
+def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int | None = None,
+                       qk_chains: int = SM90_KEYS_M_QK_CHAINS, scale_mode: str = "per_tensor",
+                       scale_block_size: int | None = None) -> DecodeConfig:
+    """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache, block scales of 64 or 128 columns or the
+    packed fp8_ds_mla token: 16 query rows per CTA (16 // s_q heads); the ring as deep as shared memory holds
+    (SM90_KEYS_M_STAGES; 2 with 64-column block scales, whose 16 P^T tiles per warpgroup take 64 KB)."""
+    if stages is None:
+        stages = 2 if scale_mode == "block" and scale_block_size == 64 else SM90_KEYS_M_STAGES
     return build(DecodeConfig, dict(
         family="mla_decode", backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
         heads_per_cta=16 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype="fp8_e4m3",
-        scale_mode=scale_mode, max_s_q=s_q, num_kv_stages=stages, schedule="keys_m",
+        scale_mode=scale_mode, scale_block_size=scale_block_size, max_s_q=s_q, num_kv_stages=stages, schedule="keys_m",
         qk_chains=qk_chains if scale_mode == "per_tensor" else 1, merge_in_kernel=False, partials_16bit=False))
 
 
@@ -609,7 +618,8 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
                           "(leave them out, or choose backend='sm80')")
     # the sm80 kernel's own fields pin its backend
     choice = backend or ("sm80" if sm80_fields else preferred_backend(
-        family, arch, heads, s_q, fp8=kv is not None, head_dim=head_dim, scale_mode=scale_mode))
+        family, arch, heads, s_q, fp8=kv is not None, head_dim=head_dim, scale_mode=scale_mode,
+        scale_block_size=scale_block_size))
     if choice == "sm90":
         if arch != "sm_90":
             raise ConfigError(f"backend='sm90': runs on sm_90 devices only; this is {family} on {arch}")
@@ -620,8 +630,8 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
                 if backend is not None:
                     raise
                 choice = "sm80"  # no sm90 GQA tiling holds this shape (fp8 at D = 256 with 65+ rows): the sm80 kernel
-        elif uses_keys_m(family, heads, s_q, scale_mode):
-            return sm90_keys_m_choice(dtype, page_size, s_q, scale_mode=scale_mode)
+        elif uses_keys_m(family, heads, s_q, scale_mode, scale_block_size):
+            return sm90_keys_m_choice(dtype, page_size, s_q, scale_mode=scale_mode, scale_block_size=scale_block_size)
         else:
             return sm90_choice(family, dtype, page_size, s_q, kv, splits, long_chunks=long_chunks)
     if choice != "sm80":

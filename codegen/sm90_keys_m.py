@@ -1,5 +1,5 @@
-"""The sm90 MLA kernel for per-tensor fp8 caches (and DeepSeek's packed fp8_ds_mla token) and at most 16 query rows
-per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
+"""The sm90 MLA kernel for fp8 caches (per-tensor, block scales of 64 or 128 columns, DeepSeek's packed fp8_ds_mla
+token) and at most 16 query rows per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
 the cache never converted.
 
 One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp
@@ -14,7 +14,9 @@ P^T is written in that order). The slot is released once the fragments are in re
 hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
 the split partials. Packed tokens (`packed`): the slot's fifth chunk is the rope's 64 bf16 values and the tile's
 scales follow the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale block plus a
-bf16 rope product, P^T is written once per scale block (docs/fp8.md). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8
+bf16 rope product, P^T is written once per scale block (docs/fp8.md). Block scales (`scale_block`): the tokens load
+as per-tensor ones, the TMA thread bulk-copies each page run's rows of the scale tensor behind the chunks (on the same
+full barrier), and QK and P^T run per scale block as for the packed token (the rope columns in e4m3, their own block). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8
 wgmma with keys as M" and the thirty-third session's section, has the measurements and the numerics
 (bench/hilo_e4m3_error.py).
 """
@@ -34,6 +36,7 @@ QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
 P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile (hi or lo): 16 rows of 128 bytes (64 used)
 ALIGN_SLACK = 1024 - 16
 E4M3_MAX = 448.0            # the largest finite e4m3 value
+KEYS_M_SCALE_BLOCKS = (64, 128)  # block scales' sizes schedule keys_m reads (32: nine-plus blocks of P^T per tile)
 P_SCALE_MAX = 256           # P^T's scale when p <= 1: hi = e4m3(256 p) <= 256, lo = e4m3(256 p - hi) <= 8
 
 
@@ -45,6 +48,7 @@ class Sm90KeysMTiling:
     stages: int
     rescale_slack_log2: float = 0.0  # P values reach 2^slack (DecodeConfig.rescale_slack_log2)
     packed: bool = False  # scale_mode 'fp8_ds_mla': 512 e4m3 latent columns, 4 fp32 scales, 64 bf16 rope values
+    scale_block: int = 0  # scale_mode 'block': columns per fp32 scale (64 or 128; a separate tensor); 0 otherwise
 
     @property
     def p_scale(self) -> int:
@@ -86,14 +90,45 @@ class Sm90KeysMTiling:
         return tuple(c * FP8_BOX_COLS for c in range(self.chunks))
 
     @property
+    def scaled(self) -> bool:
+        """Per-key scales per column block (the packed token's or a block-scale tensor's), read from the slot."""
+        return self.packed or self.scale_block > 0
+
+    @property
+    def scale_cols(self) -> int:
+        """Columns per scale (0 per-tensor)."""
+        return DS_MLA_SCALE_BLOCK if self.packed else self.scale_block
+
+    @property
     def scale_blocks(self) -> int:
-        """Packed: the latent blocks (one fp32 scale per token each); 0 per-tensor."""
-        return DS_MLA_SCALES if self.packed else 0
+        """Scales per token that the QK product applies (packed: the four latent blocks; block scales: every block of
+        the row, the last one short where head_dim_qk is not a multiple); 0 per-tensor."""
+        if self.packed:
+            return DS_MLA_SCALES
+        return -(-self.head_dim_qk // self.scale_block) if self.scale_block else 0
+
+    @property
+    def pv_scale_blocks(self) -> int:
+        """Scale blocks of the value columns (the first head_dim_v): P^T is written once per block; 0 per-tensor."""
+        return self.head_dim_v // self.scale_cols if self.scaled else 0
+
+    @property
+    def steps_per_scale(self) -> int:
+        """e4m3 k32 steps of the QK product per scale block (all of them per-tensor)."""
+        return self.scale_cols // 32 if self.scaled else self.qk_steps
+
+    @property
+    def scale_row_bytes(self) -> int:
+        """One key's scales in a slot: packed, the token's 16 bytes (copied by the producer lanes, 16 bytes a lane);
+        block scales, the tensor's row of scale_blocks floats (bulk-copied per page run with the tile's boxes)."""
+        if self.packed:
+            return 4 * DS_MLA_SCALES
+        return 4 * self.scale_blocks
 
     @property
     def scale_bytes(self) -> int:
-        """Packed: a tile's scales in its slot, 16 bytes per key (copied by the producer warp, 16 bytes a lane)."""
-        return KEYS_M_BLOCK_N * 4 * DS_MLA_SCALES if self.packed else 0
+        """A tile's scales in its slot, past its chunks."""
+        return KEYS_M_BLOCK_N * self.scale_row_bytes
 
     @property
     def scale_offset(self) -> int:
@@ -102,9 +137,9 @@ class Sm90KeysMTiling:
 
     @property
     def red_stride(self) -> int:
-        """Floats per tile parity of a warpgroup's reduction scratch: the four warps' 16 row maxima, and (packed) their
-        maxima of each latent block's scales."""
-        return 4 * KEYS_M_ROWS + 4 * self.scale_blocks
+        """Floats per tile parity of a warpgroup's reduction scratch: the four warps' 16 row maxima, and (scaled) their
+        maxima of each value block's scales."""
+        return 4 * KEYS_M_ROWS + 4 * self.pv_scale_blocks
 
     @property
     def p_tile_bytes(self) -> int:
@@ -112,8 +147,8 @@ class Sm90KeysMTiling:
 
     @property
     def v_blocks_per_scale(self) -> int:
-        """64-dim PV blocks per latent scale block."""
-        return DS_MLA_SCALE_BLOCK // 64
+        """64-dim PV blocks per value scale block (per-tensor: all of them, one P^T pair)."""
+        return self.scale_cols // 64 if self.scaled else self.dv_blocks
 
     @property
     def chunk_bytes(self) -> int:
@@ -121,7 +156,8 @@ class Sm90KeysMTiling:
 
     @property
     def stage_bytes(self) -> int:
-        return self.chunks * self.chunk_bytes + self.scale_bytes
+        """A ring slot: the chunks, then the scales, rounded up to 1024 B (each slot's chunks start on a swizzle atom)."""
+        return -(-(self.chunks * self.chunk_bytes + self.scale_bytes) // 1024) * 1024
 
     @property
     def qt_chunk_bytes(self) -> int:
@@ -151,9 +187,9 @@ class Sm90KeysMTiling:
 
     @property
     def p_tiles(self) -> int:
-        """P^T tiles per math warpgroup, hi and lo each: packed, one pair per latent scale block (p times that
-        block's per-key scale)."""
-        return 2 * max(1, self.scale_blocks)
+        """P^T tiles per math warpgroup, hi and lo each: scaled, one pair per value scale block (p times that block's
+        per-key scale)."""
+        return 2 * max(1, self.pv_scale_blocks)
 
     @property
     def dv_blocks(self) -> int:
@@ -187,8 +223,14 @@ class Sm90KeysMTiling:
         return 128 * (self.head_dim_v * KEYS_M_ROWS // 128) * 4
 
     @property
+    def run_tx_bytes(self) -> int:
+        """Bytes one page run of a tile brings by the TMA thread: its chunks' boxes and (block scales) its keys'
+        scales, bulk-copied (the packed token's scales arrive by cp.async, counted as the producer lanes' arrivals)."""
+        return self.chunks * self.box_bytes + (self.box_rows * self.scale_row_bytes if self.scale_block else 0)
+
+    @property
     def tile_tx_bytes(self) -> int:
-        return self.boxes_per_tile * self.chunks * self.box_bytes
+        return self.boxes_per_tile * self.run_tx_bytes
 
     def problems(self, rows: int) -> list[str]:
         out = []
@@ -202,4 +244,10 @@ class Sm90KeysMTiling:
         if self.packed and (self.head_dim_qk, self.head_dim_v) != (DS_MLA_LATENT + 64, DS_MLA_LATENT):
             out.append(f"head dims {self.head_dim_qk}/{self.head_dim_v}: the packed fp8_ds_mla token holds 512 latent "
                        "and 64 rope values")
+        if self.scale_block and (self.scale_block not in KEYS_M_SCALE_BLOCKS or self.head_dim_v % self.scale_block):
+            out.append(f"scale_block_size={self.scale_block}: schedule 'keys_m' takes block scales of "
+                       f"{' or '.join(map(str, KEYS_M_SCALE_BLOCKS))} columns (whole 64-dim PV blocks and k32 steps "
+                       f"each, dividing head_dim_v={self.head_dim_v})")
+        if self.scaled and 2 * self.red_stride + 4 * KEYS_M_ROWS > 256:
+            out.append(f"{self.pv_scale_blocks} value scale blocks: the reduction scratch holds 1 KB per warpgroup")
         return out

@@ -101,6 +101,9 @@ def _scale_mode(name: str, value, cache: TensorArg) -> tuple[str, int | None]:
         want = " or ".join(str(tuple(cache.shape[:-1]) + (-(-d // bs),)) for bs in SCALE_BLOCK_SIZES)
         raise ValueError(f"{name}: block scales of {cache.name} {tuple(cache.shape)} must have shape {want} "
                          f"(block size {', '.join(map(str, SCALE_BLOCK_SIZES))}), got {tuple(s.shape)}")
+    if s.ptr % 16:  # the producers copy a page run's scale rows in 16-byte units (cp.async, bulk copies)
+        raise ValueError(f"{name}: data pointer {s.ptr:#x} is not 16-byte aligned (the kernels copy block scales in "
+                         f"16-byte units); pass a tensor whose storage starts on a 16-byte boundary")
     return "block", sizes[-1]
 
 

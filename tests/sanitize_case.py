@@ -212,10 +212,11 @@ def fp8_gqa_prescaled_case():
         gqa_fp8_call(d, hq, hkv, s_q, "block", block, lens, seed=10, config=cfg)
 
 
-def mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens):
-    """One per-tensor fp8 MLA call pinned to `cfg` (causal where s_q > 1); its output must be finite."""
+def mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens, layout="per_tensor", block=None):
+    """One fp8 MLA call (per-tensor, or `layout` with `block`) pinned to `cfg` (causal where s_q > 1); its output must
+    be finite."""
     case = make_case("mla_decode", batch=len(lens), s_q=s_q, hq=hq, hkv=1, d=576, page_size=page_size, lens=lens, seed=9)
-    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), "per_tensor", None)
+    k8, ks = kvforge.quantize_kv(torch.nan_to_num(case.k), layout, block)
     out, _ = kvforge.mla_decode(case.q, k8, case.block_table, case.seqlens, kv_scale=ks, causal=s_q > 1, config=cfg)
     assert not bool(torch.isnan(out).any())
 
@@ -234,13 +235,18 @@ def fp8_slot_case():
 
 
 def fp8_keys_m_case():
-    """Per-tensor fp8 MLA on schedule 'keys_m' (fp8 wgmma, keys as M): 16 heads over 16-key pages with a split
-    sequence on a 2-slot ring, 8 heads with s_q = 2 causal over 128-key pages (half-page tiles) on 4 slots."""
+    """fp8 MLA on schedule 'keys_m' (fp8 wgmma, keys as M), per-tensor: 16 heads over 16-key pages with a split
+    sequence on a 2-slot ring, 8 heads with s_q = 2 causal over 128-key pages (half-page tiles) on 4 slots; block
+    scales (bulk-copied scale rows): 128-wide over 16-key pages with the split sequence, 64-wide with s_q = 2 over
+    128-key pages."""
     from kvforge.codegen.select import sm90_keys_m_choice
 
     for hq, s_q, page_size, stages, lens in ((16, 1, 16, 2, [1500, 40, 1]), (8, 2, 128, 4, [700, 5])):
         cfg = sm90_keys_m_choice("bf16", page_size, s_q, stages=stages)
         mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens)
+    for hq, s_q, page_size, block, lens in ((16, 1, 16, 128, [1500, 40, 1]), (8, 2, 128, 64, [700, 5])):
+        cfg = sm90_keys_m_choice("bf16", page_size, s_q, scale_mode="block", scale_block_size=block)
+        mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens, "block", block)
 
 
 def selftest_case(fill, arrive):

@@ -164,6 +164,9 @@ def test_fp8_scale_errors(mla, gqa):
     with pytest.raises(ValueError, match=r"^kv_scale: block scales of kv_cache \(\d+, 64, 576\) must have shape "
                                          r"\(\d+, 64, 18\) or \(\d+, 64, 9\) or \(\d+, 64, 5\).*got \(\d+, 64, 7\)"):
         _mla(mla, kv_cache=k8, kv_scale=torch.ones(pages, ps, 7, device="cuda"))
+    flat = torch.ones(pages * ps * 5 + 1, device="cuda")  # block scales whose storage starts 4 bytes in
+    with pytest.raises(ValueError, match=r"^kv_scale: data pointer 0x[0-9a-f]+ is not 16-byte aligned"):
+        _mla(mla, kv_cache=k8, kv_scale=flat[1:].view(pages, ps, 5))
     with pytest.raises(TypeError, match=r"^kv_scale: dtype must be fp32, got bf16"):
         _mla(mla, kv_cache=k8, kv_scale=torch.ones(1, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(ValueError, match=r"^kv_scale: must live on a CUDA device"):

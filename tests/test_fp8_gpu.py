@@ -738,6 +738,29 @@ def test_mla_fp8_ds_mla_keys_m(heads, s_q, page_size, lens, dtype):
     _check("mla_decode", c, out, lse, causal=s_q > 1)
 
 
+@pytest.mark.parametrize("block,heads,s_q,page_size,lens,dtype", [
+    (128, 16, 1, 64, LENS_RAGGED, "bf16"),          # ragged, lengths 0 and 1, partial tiles
+    (128, 16, 1, 16, [1, 130, 64, 5, 1000], "fp16"),  # tiles over 4 pages (4 bulk copies of scale rows a tile)
+    (128, 8, 2, 128, [1, 130, 64, 5], "bf16"),      # causal s_q = 2, half-page tiles
+    (128, 16, 1, 64, [9000], "bf16"),               # one long sequence: split, the combine kernel
+    (64, 16, 1, 64, LENS_RAGGED, "bf16"),           # 64-column blocks: nine QK blocks, eight of P^T
+    (64, 4, 4, 32, [3, 300, 65, 128], "bf16"),      # causal s_q = 4
+    (64, 32, 1, 16, [700, 2], "fp16"),              # two head blocks
+])
+def test_mla_fp8_block_scales_keys_m(block, heads, s_q, page_size, lens, dtype):
+    """Schedule 'keys_m' on block-scaled caches (a scale per 64 or 128 columns per token, bulk-copied with each page
+    run): the QK product per scale block (the rope's 64 columns a block of their own), P^T per value block against
+    the running scale maxima; NaN bytes in unused pages and past every length, NaN scales past every length (sm_90
+    only)."""
+    cfg = _keys_m(page_size, s_q, dtype, scale_mode="block", scale_block_size=block)
+    assert cfg.schedule == "keys_m" and cfg.keys_m_tiling.scale_block == block
+    c = make_fp8_case("mla_decode", "block", block=block, batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, seed=5 * heads + s_q + page_size + block, dtype=dtype)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
 def test_mla_fp8_ds_mla_keys_m_with_scales_spanning_30x():
     """Packed keys_m with the cache's magnitude growing 30x over the pages (the block table is random, so a tile's
     scale maxima jump up and down along each sequence): the running scale maxima move past the first tiles and

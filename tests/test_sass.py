@@ -152,7 +152,7 @@ def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(vari
     """Schedule 'keys_m': fp8 wgmma (QGMMA: 18 QK k32 steps, 16 on the packed token, and 8 dim blocks x 2 key steps
     x hi/lo PV products per tile), 16-bit wgmma only for the packed token's bf16 rope (4 k16 steps; the cache never
     becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA (UTMALDG; the packed token's scales by cp.async,
-    LDGSTS), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger, and the wgmma
+    LDGSTS; block scales by bulk copies, UBLKCP), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger, and the wgmma
     descriptors in uniform registers (few R2UR: the warpgroup index is warp-uniform to ptxas)."""
     from kvforge.runtime import compile
 
@@ -162,7 +162,7 @@ def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(vari
     tiling = variant.config.keys_m_tiling
     assert ops.count("QGMMA") == tiling.qk_steps + 32, ops.count("QGMMA")
     assert ops.count("HGMMA") == tiling.rope_steps and "PREEXIT" not in ops
-    for op in ("LDSM", "UTMALDG") + (("LDGSTS",) if tiling.packed else ()):
+    for op in ("LDSM", "UTMALDG") + (("LDGSTS",) if tiling.packed else ()) + (("UBLKCP",) if tiling.scale_block else ()):
         assert op in ops, f"no {op}"
     # 9-14 in the whole kernel (prologue, producer, epilogue); a descriptor per wgmma in ordinary registers made 109
     assert ops.count("R2UR") <= 24, f"{ops.count('R2UR')} R2UR: descriptors built in ordinary registers"

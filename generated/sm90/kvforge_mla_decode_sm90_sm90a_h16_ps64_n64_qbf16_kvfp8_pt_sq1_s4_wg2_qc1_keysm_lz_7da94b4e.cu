@@ -5,7 +5,8 @@
 //
 //   kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_7da94b4e  main kernel: each CTA derives its key chunk from cache_seqlens (the split plan)
 //       and checks the block-table entries that chunk reaches. The last warp is the producer: one thread walks
-//       the block table and loads each 64-key fp8 tile (packed: every lane also copies two keys' scales) (5 128-column boxes per page
+//       the block table and loads each 64-key fp8 tile (packed: every lane also copies two keys' scales; block scales: the
+//       TMA thread bulk-copies them) (5 128-column boxes per page
 //       run) by TMA into the mbarrier ring. Math warpgroups 0 and 1 take alternate tiles: S^T = K Q^T (wgmma
 //       m64n32k32 e4m3, the tile as A, Q^T as hi and lo e4m3 rows), the softmax over keys per query row, P^T as
 //       hi and lo e4m3 tiles, O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T from the same slot by ldmatrix.trans and
@@ -43,7 +44,14 @@ constexpr int kQKSteps = 18;           // e4m3 k32 steps of the QK product
 constexpr bool kPacked = false;  // fp8_ds_mla tokens: latent, scales, rope
 constexpr int kLatentChunks = 5;  // chunks QK reads as e4m3
 constexpr int kRopeSteps = 0;        // packed: bf16 k16 steps of the rope's QK
-constexpr int kLatentScales = 0;   // packed: fp32 scales per token (128 columns each)
+constexpr int kBlockScaleCols = 0;  // block scales: columns per scale (0: none)
+constexpr bool kBlockScales = kBlockScaleCols > 0;                 // a scale tensor beside the e4m3 tokens
+constexpr bool kScaled = kPacked || kBlockScales;                  // per-key scales per column block, in the slot
+constexpr int kQKScales = 0;      // scales per token the QK product applies
+constexpr int kPVScales = 0;   // of them, the value columns' (P^T once each)
+constexpr int kStepsPerScale = 18;  // e4m3 k32 steps per scale block
+constexpr int kScaleRowBytes = 0;  // one key's scales in a slot
+constexpr int kRunTxBytes = 40960;    // one page run's TMA (and bulk-copy) bytes
 constexpr int kPTiles = 2;              // P^T tiles per warpgroup: hi, lo (per scale block)
 // each chunk's TMA column: 128 c, but the last chunk's (packed: the rope, past the latent values and the scales)
 constexpr int kLastChunkCol = 512;
@@ -57,11 +65,12 @@ constexpr int kMinKeysPerSplit = 256;
 constexpr int kSmemBytes = 196656;
 constexpr int kOffQt = 0;
 constexpr int kOffQRope = 0;  // packed: c q's rope, bf16
-constexpr int kOffScales = 40960;   // in a slot (packed): 16 bytes of scales per key
+constexpr int kOffScales = 40960;   // in a slot (scaled): kScaleRowBytes per key
 constexpr int kRedStride = 64;  // floats per tile parity in `red`: row (and scale) maxima
 constexpr int kPTileBytes = 2048;  // one P^T tile (hi or lo); per scale block two
-constexpr int kScaleSlots = kPacked ? kLatentScales : 1;  // per-block arrays' extent (1 where there are no scales)
-constexpr int kVBlocksPerScale = 2;  // packed: 64-dim PV blocks per scale block
+constexpr int kQKSlots = kScaled ? kQKScales : 1;  // per-block arrays' extents (1 where there are no scales)
+constexpr int kPVSlots = kScaled ? kPVScales : 1;
+constexpr int kVBlocksPerScale = 8;  // 64-dim PV blocks per value scale block
 constexpr int kOffP = 20480;        // per warpgroup: P^T hi, then lo (per scale block)
 constexpr int kOffRed = 28672;          // per warpgroup 1 KB
 constexpr int kOffStats = 30720;      // float[2][2][16]: row max, row sum per warpgroup
@@ -78,21 +87,28 @@ using Ring = kvforge::KVRing<kStages, 1, 1, 4>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
 static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 && kThreads == kMathThreads + 32, "roles");
-static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kOffScales == kChunks * kChunkBytes &&
-              kStageBytes == kOffScales + (kPacked ? kBN * 16 : 0), "tiles");
-static_assert(kRedStride == 64 + (kPacked ? 4 * kLatentScales : 0) && 2 * kRedStride + 64 <= 256, "red: 1 KB per warpgroup");
+static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kOffScales == kChunks * kChunkBytes && kStageBytes % 1024 == 0 &&
+              kStageBytes >= kOffScales + kBN * kScaleRowBytes && kStageBytes < kOffScales + kBN * kScaleRowBytes + 1024,
+              "tiles");
+static_assert(kRedStride == 64 + 4 * kPVScales && 2 * kRedStride + 64 <= 256, "red: 1 KB per warpgroup");
+static_assert(kScaled == (kQKScales > 0) && kPVSlots * kVBlocksPerScale == kDvBlocks &&
+              kPTiles == 2 * kPVSlots && kQKSteps <= kQKSlots * kStepsPerScale &&
+              kQKSteps > (kQKSlots - 1) * kStepsPerScale, "scale blocks: whole PV blocks, k32 steps");
+static_assert(kRunTxBytes == kChunks * kBoxBytes + (kBlockScales ? kBoxRows * kScaleRowBytes : 0) &&
+              kRunTxBytes % 16 == 0 && (kBoxRows * kScaleRowBytes) % 16 == 0, "a run's bytes (bulk copies: 16-byte units)");
 static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
               kQtChunkBytes == 32 * 128, "steps");
-static_assert(!kPacked || (kLatentScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8 &&
-                           kVBlocksPerScale * kLatentScales == kDvBlocks),
+static_assert(!kPacked || (kQKScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8 &&
+                           kScaleRowBytes == 16 && !kBlockScales),
               "the packed token: 4 x 128 latent columns with a scale each, 64 bf16 rope values");
 static_assert(kBoxRows * kBoxesPerTile == kBN && kBoxBytes == kBoxRows * 128, "TMA boxes");
 static_assert(kOffQt % 1024 == 0 && kOffP % 1024 == 0 && kOffKV % 1024 == 0, "swizzle atoms");
 // a slot's full barrier is waited by parity: every tile of a slot goes to one warpgroup (an odd depth would let a
 // warpgroup two laps ahead pass on an older phase's parity and read a slot still being filled)
 static_assert(kStages % 2 == 0, "ring depth: a multiple of the two math warpgroups");
-static_assert(Ring::kFullArrivals == 1 + (kPacked ? 32 : 0) && Ring::kEmptyArrivals == 4,
-              "arrive counts: the TMA thread (and, packed, each producer lane's scale copies); one warpgroup's warps");
+static_assert(Ring::kFullArrivals == 1 + (kPacked ? 32 : 0) && Ring::kEmptyArrivals == (kBlockScales ? 128 : 4),
+              "arrive counts: the TMA thread (and, packed, each producer lane's scale copies); one warpgroup's warps "
+              "(block scales: its threads)");
 static_assert(kOffBarriers + 2 * kStages * 8 + kAlignSlack <= kSmemBytes, "layout");
 
 // fp8 KV: the layout the convert stage reads (kvforge::fp8::token16_to) and its geometry
@@ -104,7 +120,11 @@ constexpr int kScaleBlock = 128;
 constexpr int kPackedLatent = 512;     // fp8_ds_mla: e4m3 latent, then 4 fp32 scales, then bf16 rope
 static_assert(kLastChunkCol == (kPacked ? kPackedLatent + 16 : (kChunks - 1) * 128), "the last chunk's column");
 static_assert(kPacked ? (!kPerTensorScale && kTokenBytes == 656 && kPackedLatent == 512)
-                      : (kPerTensorScale && kTokenBytes == kDqk), "per-tensor fp8 tokens or the 656-byte packed token");
+                      : (kPerTensorScale != kBlockScales && kTokenBytes == kDqk),
+              "per-tensor or block-scaled fp8 tokens, or the 656-byte packed token");
+static_assert(!kBlockScales || (kScaleBlock == kBlockScaleCols && kScaleBlocks == kQKScales &&
+                                kScaleRowBytes == 4 * kScaleBlocks && kStepsPerScale * 32 == kScaleBlock),
+              "block scales: the scale tensor's rows");
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 // 2^x by one MUFU.EX2 (ex2.approx.ftz.f32): exp2f also keeps results below 2^-126 as denormals (a range test and
@@ -308,9 +328,12 @@ __device__ __forceinline__ float col_sum(float x) {
 // not be the sequence's; the math masks S and zeroes V^T there); each run's kChunks boxes of 128 columns (the last
 // zero-filled past the row by the TMA; packed: the four latent chunks and the rope's 128 bytes). Packed, every lane
 // of the warp also copies two keys' 16 bytes of scales (cp.async, zeros past key_end) and arrives on the full
-// barrier once they land.
+// barrier once they land. Block scales: the TMA thread also bulk-copies each run's rows of the scale tensor (its
+// keys' kScaleRowBytes each, contiguous in a page) behind the chunks, on the same full barrier; keys past key_end in
+// the last run get their page's values (the math zeroes those scales), runs past it nothing.
 __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* smem, const wg::TensorMap* map,
-                                              const int* bt_row, const Work& w, const unsigned char* cache, int lane) {
+                                              const int* bt_row, const Work& w, const unsigned char* cache,
+                                              const float* block_scales, int lane) {
   kvforge::PipelineProducer<Ring> pipe{ring};
   for (int t = 0; t < w.num_tiles; ++t) {
     const int j0 = w.key_begin + t * kBN;
@@ -334,13 +357,18 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     pipe.producer_acquire();
     unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
     if (lane == 0) {
-      u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(count * kChunks * kBoxBytes));
+      u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(count * kRunTxBytes));
 #pragma unroll
       for (int bx = 0; bx < kBoxesPerTile; ++bx) {
         if (bx >= count) break;
+        const int row = (j0 + bx * kBoxRows) % kPageSize;
         for (int c = 0; c < kChunks; ++c)
           wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, c + 1 < kChunks ? c * 128 : kLastChunkCol,
-                          (j0 + bx * kBoxRows) % kPageSize, page[bx]);
+                          row, page[bx]);
+        if constexpr (kBlockScales)
+          kvforge::bulk_copy_g2s(stage + kOffScales + bx * kBoxRows * kScaleRowBytes,
+                                 block_scales + (static_cast<long long>(page[bx]) * kPageSize + row) * kQKScales,
+                                 kBoxRows * kScaleRowBytes, full);
       }
     }
     if constexpr (kPacked) {
@@ -458,11 +486,11 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       m[j][e] = neg_inf();
       l[j][e] = 0.f;
     }
-  // packed: per latent scale block the warpgroup's running maximum of the scales it has seen (R); P^T of block b
+  // scaled: per value scale block the warpgroup's running maximum of the scales it has seen (R); P^T of block b
   // holds p s_b / R_b, so O^T's rows of block b hold O / R_b until the epilogue multiplies them back
-  float rmax[kScaleSlots];
+  float rmax[kPVSlots];
 #pragma unroll
-  for (int b = 0; b < kScaleSlots; ++b) rmax[b] = 0.f;
+  for (int b = 0; b < kPVSlots; ++b) rmax[b] = 0.f;
   const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
   const u64 qr_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQRope), 16, 1024);  // packed: the rope's c q
   unsigned char* const p_smem = smem + kOffP + mg * kPTiles * kPTileBytes;
@@ -478,18 +506,27 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     // each k step's descriptors: the base descriptor plus the step's byte offset in 16-byte units (the address
     // field's 14 bits hold any shared-memory address, so the sum never carries into the next field)
     const u64 da0 = wg::desc_sw128(st_addr, 16, 1024);
-    float sc[2][kScaleSlots];  // packed: this thread's two keys' latent scales
-    if constexpr (kPacked) {
-      // each latent scale block into its own accumulator (two, alternating: one is scaled while the next block's
-      // wgmmas run), added into S with the key's scale; then the rope's bf16 product into S's hi columns
+    float sc[2][kQKSlots];  // scaled: this thread's two keys' scales (zero past key_end)
+    if constexpr (kScaled) {
+      // each scale block into its own accumulator (two, alternating: one is scaled while the next block's wgmmas
+      // run), added into S with the key's scale; packed, then the rope's bf16 product into S's hi columns
+      const unsigned char* srow = smem + kOffKV + slot * kStageBytes + kOffScales;
 #pragma unroll
       for (int kr = 0; kr < 2; ++kr) {
-        const float4 f = *reinterpret_cast<const float4*>(smem + kOffKV + slot * kStageBytes + kOffScales +
-                                                          16 * (16 * wp + g + 8 * kr));
-        sc[kr][0] = f.x;
-        sc[kr][1] = f.y;
-        sc[kr][2] = f.z;
-        sc[kr][3] = f.w;
+        const int key = 16 * wp + g + 8 * kr;
+        if constexpr (kPacked) {  // zero-filled past key_end by the producer lanes' copies
+          const float4 f = *reinterpret_cast<const float4*>(srow + kScaleRowBytes * key);
+          sc[kr][0] = f.x;
+          sc[kr][1] = f.y;
+          sc[kr][2] = f.z;
+          sc[kr][3] = f.w;
+        } else {  // a select: past key_end the slot holds the page's other values, or an older tile's
+#pragma unroll
+          for (int blk = 0; blk < kQKScales; ++blk) {
+            const float f = reinterpret_cast<const float*>(srow + kScaleRowBytes * key)[blk];
+            sc[kr][blk] = key < valid ? f : 0.f;
+          }
+        }
       }
       float acc[2][16], sr[8];
 #pragma unroll
@@ -499,11 +536,12 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         for (int k = 0; k < 16; ++k) s[k] += sc[(k / 2) % 2][blk] * a[k];
       };
 #pragma unroll
-      for (int blk = 0; blk < kLatentScales; ++blk) {
+      for (int blk = 0; blk < kQKScales; ++blk) {
         wg::wgmma_fence();  // acc[blk % 2] was read by add_block
 #pragma unroll
-        for (int kk = 0; kk < kQKSteps / kLatentScales; ++kk) {
-          const int step = blk * (kQKSteps / kLatentScales) + kk;
+        for (int kk = 0; kk < kStepsPerScale; ++kk) {
+          const int step = blk * kStepsPerScale + kk;
+          if (step >= kQKSteps) break;  // the short last block (block scales: the rope's 64 columns)
           const u64 da = da0 + static_cast<u64>(((step / 4) * kChunkBytes + (step % 4) * 32) >> 4);
           const u64 db = qt_desc + static_cast<u64>(((step / 4) * kQtChunkBytes + (step % 4) * 32) >> 4);
           wg::wgmma_m64n32k32_e4m3(acc[blk % 2], da, db, kk > 0);
@@ -515,18 +553,24 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
           add_block(acc[(blk - 1) % 2], blk - 1);
         }
       }
+      if constexpr (kPacked) {
 #pragma unroll
-      for (int kk = 0; kk < kRopeSteps; ++kk)
-        wg::wgmma_m64n16k16_bf16(sr, da0 + static_cast<u64>((kLatentChunks * kChunkBytes + kk * 32) >> 4),
-                                 qr_desc + static_cast<u64>((kk * 32) >> 4), kk > 0);
-      wg::wgmma_commit();
-      wg::wgmma_wait<1>();
-      wg::fence_operands(acc[(kLatentScales - 1) % 2]);
-      add_block(acc[(kLatentScales - 1) % 2], kLatentScales - 1);
-      wg::wgmma_wait<0>();
-      wg::fence_operands(sr);
+        for (int kk = 0; kk < kRopeSteps; ++kk)
+          wg::wgmma_m64n16k16_bf16(sr, da0 + static_cast<u64>((kLatentChunks * kChunkBytes + kk * 32) >> 4),
+                                   qr_desc + static_cast<u64>((kk * 32) >> 4), kk > 0);
+        wg::wgmma_commit();
+        wg::wgmma_wait<1>();
+      } else {
+        wg::wgmma_wait<0>();
+      }
+      wg::fence_operands(acc[(kQKScales - 1) % 2]);
+      add_block(acc[(kQKScales - 1) % 2], kQKScales - 1);
+      if constexpr (kPacked) {
+        wg::wgmma_wait<0>();
+        wg::fence_operands(sr);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) s[k] += sr[k];  // the hi columns (query rows 0..15)
+        for (int k = 0; k < 8; ++k) s[k] += sr[k];  // the hi columns (query rows 0..15)
+      }
     } else {
       wg::wgmma_fence();
 #pragma unroll
@@ -560,8 +604,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         }
         tmax[j][e] = col_max(fmaxf(x[j][e][0], x[j][e][1]));
       }
-    // red: per tile parity [4 warps][16 rows] tile maxima, then (packed) [4 warps][4 blocks] scale maxima; double-
-    // buffered: a warp may be one tile ahead of another
+    // red: per tile parity [4 warps][16 rows] tile maxima, then (scaled) [4 warps][kPVScales blocks] scale maxima;
+    // double-buffered: a warp may be one tile ahead of another
     float* rb = red + ((t / 2) & 1) * kRedStride;
     if (g == 0) {
 #pragma unroll
@@ -569,21 +613,22 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
         for (int e = 0; e < 2; ++e) rb[wp * 16 + 8 * j + 2 * i + e] = tmax[j][e];
     }
-    if constexpr (kPacked) {
+    if constexpr (kScaled) {
 #pragma unroll
-      for (int blk = 0; blk < kLatentScales; ++blk) {
+      for (int blk = 0; blk < kPVScales; ++blk) {
         const float smax = col_max(fmaxf(sc[0][blk], sc[1][blk]));
-        if (lane == 0) rb[64 + 4 * wp + blk] = smax;
+        if (lane == 0) rb[64 + kPVScales * wp + blk] = smax;
       }
     }
     wg::named_sync(bar, 128);
-    // packed: the running scale maxima; a block whose maximum moved rescales its rows of O^T (rare past the first
+    // scaled: the running scale maxima; a block whose maximum moved rescales its rows of O^T (rare past the first
     // tiles: the maximum only grows)
-    float inv_r[kScaleSlots];
-    if constexpr (kPacked) {
+    float inv_r[kPVSlots];
+    if constexpr (kScaled) {
 #pragma unroll
-      for (int blk = 0; blk < kLatentScales; ++blk) {
-        const float tm = fmaxf(fmaxf(rb[64 + blk], rb[68 + blk]), fmaxf(rb[72 + blk], rb[76 + blk]));
+      for (int blk = 0; blk < kPVScales; ++blk) {
+        const float tm = fmaxf(fmaxf(rb[64 + blk], rb[64 + kPVScales + blk]),
+                               fmaxf(rb[64 + 2 * kPVScales + blk], rb[64 + 3 * kPVScales + blk]));
         if (tm > rmax[blk]) {  // the same values in every thread of the warpgroup: a uniform branch
           const float f = rmax[blk] / tm;
           rmax[blk] = tm;
@@ -598,7 +643,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     float alpha[2][2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      unsigned short hv[2][kScaleSlots], lv[2][kScaleSlots];  // per row e (per scale block): both keys' hi, lo e4m3
+      unsigned short hv[2][kPVSlots], lv[2][kPVSlots];  // per row e (per value scale block): both keys' hi, lo e4m3
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = 8 * j + 2 * i + e;
@@ -609,10 +654,10 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         // both keys' p as one hi/lo e4m3 pair each (key kr = 0 in the low byte)
         const float pe0 = kPScale * exp2_ftz(x[j][e][0] - mu), pe1 = kPScale * exp2_ftz(x[j][e][1] - mu);
         float ps;
-        if constexpr (kPacked) {  // per scale block: p s_b / R_b (at most p); the sums count p itself
+        if constexpr (kScaled) {  // per value scale block: p s_b / R_b (at most p); the sums count p itself
           ps = pe0 + pe1;
 #pragma unroll
-          for (int blk = 0; blk < kLatentScales; ++blk)
+          for (int blk = 0; blk < kPVScales; ++blk)
             split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv[e][blk], lv[e][blk]);
         } else {
           split_e4m3(pe0, pe1, 1.f, hv[e][0], lv[e][0]);
@@ -622,7 +667,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         l[j][e] = l[j][e] * alpha[j][e] + ps;
       }
 #pragma unroll
-      for (int blk = 0; blk < kScaleSlots; ++blk)
+      for (int blk = 0; blk < kPVSlots; ++blk)
         store_p_words(p_smem + 2 * kPTileBytes * blk, poff[j][0], poff[j][1], g & 1, hv[0][blk], hv[1][blk],
                       lv[0][blk], lv[1][blk]);
     }
@@ -663,8 +708,10 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         a[d][kb][2] = prmt(r2, r3, 0x6420);
         a[d][kb][3] = prmt(r2, r3, 0x7531);
       }
+    // block scales: every thread releases its own reads (the slot's next bulk copy of scales is ordered after each
+    // lane's arrive; compute-sanitizer's racecheck does not follow one lane's arrive after __syncwarp to a bulk copy)
     __syncwarp();
-    if (lane == 0) kvforge::MBarrier::arrive(ring.empty(slot));
+    if (kBlockScales || lane == 0) kvforge::MBarrier::arrive(ring.empty(slot));
     wg::fence_proxy_async();  // P^T is read by wgmma
     wg::named_sync(bar, 128);
     // ---- O^T += V^T P^T, P^T as its hi and lo tiles ----
@@ -673,7 +720,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
-        const int pt = kPacked ? (d / kVBlocksPerScale) * 2 * kPTileBytes : 0;  // packed: the P^T tiles of d's scale block
+        const int pt = (d / kVBlocksPerScale) * 2 * kPTileBytes;  // the P^T tiles of d's value scale block (scaled)
         wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kb * 32) >> 4));
         wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kPTileBytes + kb * 32) >> 4));
       }
@@ -684,7 +731,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
   }
   // ---- the epilogue: each warpgroup's row maxima and sums; warpgroup 1's O^T to warpgroup 0, which merges ----
   float* sums = red + 2 * kRedStride;  // past both tile-maxima buffers (a warp may still read them)
-  if constexpr (kPacked) {  // O^T's rows of scale block b held O / R_b
+  if constexpr (kScaled) {  // O^T's rows of scale block b held O / R_b
 #pragma unroll
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
@@ -807,7 +854,7 @@ kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_l
   __syncthreads();
   if (threadIdx.x >= kMathThreads) {
     if (kPacked || threadIdx.x == kMathThreads)
-      producer_loop(ring, smem, &kv_map, bt_row, w, k_cache, threadIdx.x - kMathThreads);
+      producer_loop(ring, smem, &kv_map, bt_row, w, k_cache, k_scale, threadIdx.x - kMathThreads);
   } else {
     math_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, out_scale,
               causal);
