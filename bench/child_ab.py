@@ -26,8 +26,9 @@ out = []
 for sh in {shapes}:
     copies = kv_copies(sh.bytes())
     q, kv, bt, lens = make_inputs(sh, copies)
-    if {fp8!r}:  # e4m3 caches of the same values (MLA) in that layout: per_tensor or fp8_ds_mla
-        kv = [kvforge.quantize_kv(k, {fp8!r}) for k, _ in kv]
+    if {fp8!r}:  # e4m3 caches of the same values (MLA) in that layout: per_tensor, fp8_ds_mla, block:<size>
+        layout, _, blk = {fp8!r}.partition(":")
+        kv = [kvforge.quantize_kv(k, layout, int(blk) if blk else None) for k, _ in kv]
         calls = [lambda i=i: kvforge.mla_decode(q, kv[i][0], bt, lens, kv_scale=kv[i][1], max_seq_len=sh.s_k)
                  for i in range(copies)]
     else:
@@ -50,7 +51,7 @@ def child_times(shapes: str, *, prelude: str = "", fp8: str = "", pythonpath: Pa
                 cwd: Path | None = None) -> dict[str, float]:
     """{label: ms} from one child process: `shapes` a Python expression over bench's names (SHAPES,
     SHORT_SHAPES, Shape), `prelude` code run before kvforge is imported (a render patch, an assertion on
-    which tree is imported), `fp8` an MLA cache layout of kvforge.quantize_kv ("per_tensor", "fp8_ds_mla") to time
+    which tree is imported), `fp8` an MLA cache layout of kvforge.quantize_kv ("per_tensor", "fp8_ds_mla", "block:128") to time
     instead of the 16-bit cache, `pythonpath` put first on the child's path (another tree's root)."""
     code = CHILD.format(bench_dir=str(BENCH_DIR), prelude=prelude, shapes=shapes, fp8=fp8)
     env = dict(os.environ)

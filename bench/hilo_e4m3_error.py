@@ -5,7 +5,8 @@ pair of e4m3 values, against the exact result on the same cache (relative L2).
     python bench/hilo_e4m3_error.py
 
 e4m3 (OCP e4m3fn): 3 mantissa bits, exponent bias 7, subnormals from 2^-9, max 448, rounded to nearest even.
-q: per row c = 400 / max|q|, hi = e4m3(c q), lo = e4m3(16 (c q - hi)); p: hi = e4m3(s p), lo = e4m3(s p - hi),
+q: per row c = 400 / max|q|, hi = e4m3(c q), lo = e4m3(16 (c q - hi)); p (s p first rounded to fp16, as the kernel
+splits it): hi = e4m3(s p), lo = e4m3(s p - hi),
 s = 256 with p <= 1, or s = 128 with p <= 2^1.5 (the kernel's lazy rescale: the running maximum used for p may lag the
 true one by up to policy.KEYS_M_RESCALE_SLACK_LOG2, 1.5).
 """
@@ -26,6 +27,15 @@ def hilo(x, m):
     return hi + e4m3((x - hi) * 2.0**m) * 2.0**-m
 
 
+def f16(x):
+    """Round to IEEE fp16 (11 significant bits, nearest even; subnormals from 2^-24), as the kernel forms the scaled
+    layouts' P (p_scale p and s_b / R_b as fp16, their product in fp16)."""
+    a = np.abs(np.asarray(x, np.float64))
+    e = np.maximum(np.floor(np.log2(np.maximum(a, 1e-300))), -14)
+    ulp = 2.0 ** (e - 10)
+    return np.sign(x) * np.round(a / ulp) * ulp
+
+
 def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512, p_scale=256.0, lag=0.0) -> float:
     """Relative L2 error of the output; p = 2^(x - m) with m `lag` (log2 units) below the row maximum."""
     q = rng.standard_normal((h, dq)) * q_sd
@@ -39,7 +49,7 @@ def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512
     qq = {"hilo": hilo(q * c, 4) / c, "single": e4m3(q * c) / c, "exact": q}[qmode]
     s2 = (qq @ k.T) * scale
     p2 = np.exp(s2 - s2.max(1, keepdims=True) + lag * np.log(2))
-    pq = {"hilo": hilo(p2 * p_scale, 0) / p_scale, "single": e4m3(p2 * p_scale) / p_scale, "exact": p2}[pmode]
+    pq = {"hilo": hilo(f16(p2 * p_scale), 0) / p_scale, "single": e4m3(p2 * p_scale) / p_scale, "exact": p2}[pmode]
     out = (pq @ v) / pq.sum(1, keepdims=True)
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
@@ -56,7 +66,7 @@ def error_packed(rng, spread: float, q_sd: float = 1.0, h=16, n=4096, p_scale=12
     """Relative L2 error of schedule keys_m on the packed fp8_ds_mla token (512 e4m3 latent values with one fp32 scale
     per 128 columns, 64 bf16 rope values), emulated: q's latent part as hi/lo e4m3 pairs, its rope as bf16 of c q,
     each latent block's product scaled per key; P^T per scale block as hi/lo e4m3 of p_scale p s_b / R_b (R_b the
-    largest scale of block b), O's block rows multiplied back by R_b, the sums of p in full precision. The scales
+    largest scale of block b; the product of fp16 p_scale p and fp16 s_b / R_b rounded to fp16), O's block rows multiplied back by R_b, the sums of p in full precision. The scales
     are log-normal with sd `spread` (natural-log units), against the exact result on the dequantized cache."""
     lat, blocks = 512, 4
     q = rng.standard_normal((h, lat + 64)) * q_sd
@@ -77,7 +87,7 @@ def error_packed(rng, spread: float, q_sd: float = 1.0, h=16, n=4096, p_scale=12
     out = np.zeros((h, lat))
     for b in range(blocks):
         r = sc[:, b].max()
-        pb = hilo(p * (sc[:, b] / r) * p_scale, 0) / p_scale
+        pb = hilo(f16(f16(p * p_scale) * f16(sc[:, b] / r)), 0) / p_scale
         out[:, b * 128:(b + 1) * 128] = (pb @ k8[:, b * 128:(b + 1) * 128]) * r
     out /= p.sum(1, keepdims=True)
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))

@@ -37,8 +37,10 @@ def _names(tree: ast.AST) -> tuple[set, set]:
 
 def test_every_child_program_parses_and_binds_what_it_uses():
     child_ab, tree_ab, guard_ab = _tool("child_ab"), _tool("tree_ab"), _tool("guard_ab")
-    programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=which == "fp8")
+    programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=tree_ab.FP8_LAYOUT.get(which, ""))
                 for which, expr in tree_ab.SHAPES.items()]
+    assert {tree_ab.FP8_LAYOUT[w] for w in ("fp8_16", "fp8_ds_mla_16", "fp8_block_16")} == {"per_tensor", "fp8_ds_mla",
+                                                                                         "block:128"}
     stagger_ab = _tool("stagger_ab")
     programs += [child_ab.CHILD.format(bench_dir=str(BENCH), prelude=stagger_ab.STAGGER, shapes=expr, fp8=False)
                  for expr in stagger_ab.SHAPES.values()]

@@ -45,6 +45,9 @@ def test_packed_token_numerics_stay_within_the_bar_for_spread_scales():
     np = pytest.importorskip("numpy")
     m = _numerics()
     assert m.bf16(np.array([1.00390625, 1.005859375, -3.14159])).tolist() == [1.0, 1.0078125, -3.140625]
+    # fp16, as the kernel forms P per scale block: ties to even, subnormals on a 2^-24 grid
+    assert m.f16(np.array([1 + 2**-11, 1 + 3 * 2**-11, 2**-20 + 2**-26, -65504.0])).tolist() == [1.0, 1 + 2**-9, 2**-20,
+                                                                                                   -65504.0]
     rng = np.random.default_rng(1)
     for spread in (0.25, 2.0):
         assert m.error_packed(rng, spread, n=512) < 5e-3, spread

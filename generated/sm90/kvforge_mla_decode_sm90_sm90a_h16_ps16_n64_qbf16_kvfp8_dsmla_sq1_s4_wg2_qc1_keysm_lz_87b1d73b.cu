@@ -283,6 +283,15 @@ __device__ __forceinline__ void split_e4m3(float x0, float x1, float unit, unsig
   lo = f32x2_e4m3(unit * (x0 - h.x), unit * (x1 - h.y));
 }
 
+// The same split in fp16 (x a pair of fp16 values, as the scaled layouts' P is formed): hi = e4m3(x), lo = e4m3(x -
+// hi), the difference exact in fp16 (x has 11 significant bits, hi 4 of its leading ones).
+__device__ __forceinline__ void split_e4m3_f16(u32 x, unsigned short& hi, unsigned short& lo) {
+  hi = kvforge::fp8::f16x2_e4m3(x);
+  const u32 h = kvforge::fp8::e4m3x2_to_f16x2(hi);
+  const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&h));
+  lo = kvforge::fp8::f16x2_e4m3(*reinterpret_cast<const u32*>(&d));
+}
+
 // The k slot (0..31 of a k32 block) of key kappa (0..31): the order ldmatrix.trans + prmt give V^T's fragments.
 __host__ __device__ constexpr int key_slot(int kappa) {
   return 16 * (kappa / 16) + (kappa % 16 < 8 ? 4 * (kappa % 16 / 2) + kappa % 2 : 4 * ((kappa % 16 - 8) / 2) + 2 + kappa % 2);
@@ -622,8 +631,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     }
     wg::named_sync(bar, 128);
     // scaled: the running scale maxima; a block whose maximum moved rescales its rows of O^T (rare past the first
-    // tiles: the maximum only grows)
-    float inv_r[kPVSlots];
+    // tiles: the maximum only grows); this thread's two keys' s_b / R_b per value block, an fp16 pair
+    __half2 ratio[kPVSlots];
     if constexpr (kScaled) {
 #pragma unroll
       for (int blk = 0; blk < kPVScales; ++blk) {
@@ -637,7 +646,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
             for (int k = 0; k < 8; ++k) o[kVBlocksPerScale * blk + vb][k] *= f;
         }
-        inv_r[blk] = rmax[blk] > 0.f ? 1.f / rmax[blk] : 0.f;
+        const float inv_r = rmax[blk] > 0.f ? 1.f / rmax[blk] : 0.f;
+        ratio[blk] = __floats2half2_rn(sc[0][blk] * inv_r, sc[1][blk] * inv_r);
       }
     }
     float alpha[2][2];
@@ -654,15 +664,22 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         // both keys' p as one hi/lo e4m3 pair each (key kr = 0 in the low byte)
         const float pe0 = kPScale * exp2_ftz(x[j][e][0] - mu), pe1 = kPScale * exp2_ftz(x[j][e][1] - mu);
         float ps;
-        if constexpr (kScaled) {  // per value scale block: p s_b / R_b (at most p); the sums count p itself
+        if constexpr (kScaled) {  // per value scale block: p s_b / R_b (at most p), in fp16; the sums count p itself
           ps = pe0 + pe1;
+          const __half2 pe = __floats2half2_rn(pe0, pe1);
 #pragma unroll
-          for (int blk = 0; blk < kPVScales; ++blk)
-            split_e4m3(pe0 * (sc[0][blk] * inv_r[blk]), pe1 * (sc[1][blk] * inv_r[blk]), 1.f, hv[e][blk], lv[e][blk]);
+          for (int blk = 0; blk < kPVScales; ++blk) {
+            const __half2 x = __hmul2(pe, ratio[blk]);
+            split_e4m3_f16(*reinterpret_cast<const u32*>(&x), hv[e][blk], lv[e][blk]);
+          }
         } else {
-          split_e4m3(pe0, pe1, 1.f, hv[e][0], lv[e][0]);
-          const float2 hf = e4m3x2_f32(hv[e][0]), lf = e4m3x2_f32(lv[e][0]);
-          ps = (hf.x + lf.x) + (hf.y + lf.y);  // the sums count what PV multiplies
+          const __half2 pe = __floats2half2_rn(pe0, pe1);
+          split_e4m3_f16(*reinterpret_cast<const u32*>(&pe), hv[e][0], lv[e][0]);
+          // the sums count what PV multiplies: hi + lo, exact in fp16 (lo's bits end 8 below hi's leading one)
+          const u32 hf = kvforge::fp8::e4m3x2_to_f16x2(hv[e][0]), lf = kvforge::fp8::e4m3x2_to_f16x2(lv[e][0]);
+          const float2 q2 = __half22float2(__hadd2(*reinterpret_cast<const __half2*>(&hf),
+                                                   *reinterpret_cast<const __half2*>(&lf)));
+          ps = q2.x + q2.y;
         }
         l[j][e] = l[j][e] * alpha[j][e] + ps;
       }

@@ -36,6 +36,13 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 two) {
   return out;
 }
 
+// fp16x2 (low half = element 0) -> two e4m3 values (element 0 in the low byte), rounded to nearest, saturated.
+__device__ __forceinline__ unsigned short f16x2_e4m3(u32 two) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(d) : "r"(two));
+  return d;
+}
+
 // Two floats -> two e4m3 values (`lo` in the low byte), rounded to nearest, saturated to +-448.
 __device__ __forceinline__ unsigned short f32x2_e4m3(float lo, float hi) {
   unsigned short d;
