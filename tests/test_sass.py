@@ -153,7 +153,8 @@ def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(vari
     x hi/lo PV products per tile), 16-bit wgmma only for the packed token's bf16 rope (4 k16 steps; the cache never
     becomes a 16-bit tile), V^T by ldmatrix (LDSM), tiles by TMA (UTMALDG; the packed token's scales by cp.async,
     LDGSTS; block scales by bulk copies, UBLKCP), at most a few words of local memory, no serialised wgmma, no explicit PDL trigger, and the wgmma
-    descriptors in uniform registers (few R2UR: the warpgroup index is warp-uniform to ptxas)."""
+    descriptors in uniform registers (few R2UR: the warpgroup index is warp-uniform to ptxas), P^T stored as words
+    (no byte stores) after its hi/lo split in fp16."""
     from kvforge.runtime import compile
 
     k = compile(variant)
@@ -164,6 +165,9 @@ def test_keys_m_kernel_multiplies_fp8_by_wgmma_without_converting_the_cache(vari
     assert ops.count("HGMMA") == tiling.rope_steps and "PREEXIT" not in ops
     for op in ("LDSM", "UTMALDG") + (("LDGSTS",) if tiling.packed else ()) + (("UBLKCP",) if tiling.scale_block else ()):
         assert op in ops, f"no {op}"
+    # P^T goes to shared memory as 32-bit words (a lane pair's four keys per word), its hi/lo split in fp16
+    assert not re.search(r"\bSTS\.U8\b", main), "P^T stored byte by byte"
+    assert re.search(r"\bF2FP\.SATFINITE\.E4M3\.F16\b", main), "no fp16 -> e4m3 conversion (P's split)"
     # 9-14 in the whole kernel (prologue, producer, epilogue); a descriptor per wgmma in ordinary registers made 109
     assert ops.count("R2UR") <= 24, f"{ops.count('R2UR')} R2UR: descriptors built in ordinary registers"
     # 288 threads cap it at 168 registers: ptxas keeps a few words on the stack (24 B at s_q = 1), reloaded from L1
