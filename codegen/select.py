@@ -542,8 +542,8 @@ def sm90_choice(family: str, dtype: str, page_size: int, s_q: int, kv: dict | No
     raise err
 
 
-# Schedule 'keys_m' (codegen/sm90_keys_m.py): per-tensor fp8 MLA with at most 16 query rows per CTA by fp8 wgmma, keys
-# as M. Ring depth and QK chains measured on its prototype (bench/RESULTS.md, thirty-second session): 4 stages
+# Schedule 'keys_m' (codegen/sm90_keys_m.py): fp8 MLA with at most 16 query rows per CTA by fp8 wgmma, keys as M.
+# Ring depth and QK chains measured on its per-tensor prototype (bench/RESULTS.md, thirty-second session): 4 stages
 # 0.094 ms against 0.100 for 2 at b=128 s_k=4096 h=16; one QK chain 0.0911 against 0.0938 for two.
 SM90_KEYS_M_STAGES = 4
 SM90_KEYS_M_QK_CHAINS = 1
