@@ -663,17 +663,16 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         m[j][e] = mn;
         // both keys' p as one hi/lo e4m3 pair each (key kr = 0 in the low byte)
         const float pe0 = kPScale * exp2_ftz(x[j][e][0] - mu), pe1 = kPScale * exp2_ftz(x[j][e][1] - mu);
+        const __half2 pe = __floats2half2_rn(pe0, pe1);  // P's hi/lo split runs in fp16
         float ps;
-        if constexpr (kScaled) {  // per value scale block: p s_b / R_b (at most p), in fp16; the sums count p itself
+        if constexpr (kScaled) {  // per value scale block: p s_b / R_b (at most p); the sums count p itself
           ps = pe0 + pe1;
-          const __half2 pe = __floats2half2_rn(pe0, pe1);
 #pragma unroll
           for (int blk = 0; blk < kPVScales; ++blk) {
             const __half2 x = __hmul2(pe, ratio[blk]);
             split_e4m3_f16(*reinterpret_cast<const u32*>(&x), hv[e][blk], lv[e][blk]);
           }
         } else {
-          const __half2 pe = __floats2half2_rn(pe0, pe1);
           split_e4m3_f16(*reinterpret_cast<const u32*>(&pe), hv[e][0], lv[e][0]);
           // the sums count what PV multiplies: hi + lo, exact in fp16 (lo's bits end 8 below hi's leading one)
           const u32 hf = kvforge::fp8::e4m3x2_to_f16x2(hv[e][0]), lf = kvforge::fp8::e4m3x2_to_f16x2(lv[e][0]);
