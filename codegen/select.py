@@ -568,10 +568,10 @@ def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int | None 
                        qk_chains: int = SM90_KEYS_M_QK_CHAINS, scale_mode: str = "per_tensor",
                        scale_block_size: int | None = None) -> DecodeConfig:
     """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache, block scales of 64 or 128 columns or the
-    packed fp8_ds_mla token: 16 query rows per CTA (16 // s_q heads); the ring as deep as shared memory holds
-    (SM90_KEYS_M_STAGES; 2 with 64-column block scales, whose 16 P^T tiles per warpgroup take 64 KB)."""
+    packed fp8_ds_mla token: 16 query rows per CTA (16 // s_q heads); a ring of SM90_KEYS_M_STAGES slots unless
+    `stages` says otherwise."""
     if stages is None:
-        stages = 2 if scale_mode == "block" and scale_block_size == 64 else SM90_KEYS_M_STAGES
+        stages = SM90_KEYS_M_STAGES
     return build(DecodeConfig, dict(
         family="mla_decode", backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
         heads_per_cta=16 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype="fp8_e4m3",

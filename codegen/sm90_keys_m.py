@@ -6,16 +6,16 @@ One CTA per (head block, sequence, split); two math warpgroups take alternate 64
 loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
 `num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
 Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
-row), the softmax over keys per query row (the tile maximum through shared memory), P^T as two e4m3 tiles
-(hi = e4m3(s p), lo = e4m3(s p - hi), s = 256 or, where the running maximum lags a tile's by up to
-the rescale slack, 128), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
+row), the softmax over keys per query row (the tile maximum through shared memory), P^T as hi and lo e4m3
+halves of one tile's 128-byte rows (hi = e4m3(s p) in bytes 0-63, lo = e4m3(s p - hi) in 64-127, s = 256 or, where
+the running maximum lags a tile's by up to the rescale slack, 128), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
 same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...):
 P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
 hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
 the split partials. Packed tokens (`packed`): the slot's fifth chunk is the rope's 64 bf16 values and the tile's
-scales follow the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale block plus a
+scales land in the slot's row of a scale ring beside the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale block plus a
 bf16 rope product, P^T is written once per scale block (docs/fp8.md). Block scales (`scale_block`): the tokens load
-as per-tensor ones, the TMA thread bulk-copies each page run's rows of the scale tensor behind the chunks (on the same
+as per-tensor ones, the TMA thread bulk-copies each page run's rows of the scale tensor into the scale ring (on the same
 full barrier), and QK and P^T run per scale block as for the packed token (the rope columns in e4m3, their own block). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8
 wgmma with keys as M" and the thirty-third session's section, has the measurements and the numerics
 (bench/hilo_e4m3_error.py).
@@ -33,7 +33,8 @@ KEYS_M_WARPGROUPS = 2       # math warpgroups, alternate tiles
 KEYS_M_BLOCK_N = 64         # keys per tile: wgmma M
 FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle span
 QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
-P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile (hi or lo): 16 rows of 128 bytes (64 used)
+P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile: 16 rows of 128 bytes, a row's 64 keys' hi bytes then their lo bytes
+P_LO_BYTES = 64             # where a P^T row's lo bytes start (the third and fourth k32 steps of the swizzled row)
 ALIGN_SLACK = 1024 - 16
 E4M3_MAX = 448.0            # the largest finite e4m3 value
 KEYS_M_SCALE_BLOCKS = (64, 128)  # block scales' sizes schedule keys_m reads (32: nine-plus blocks of P^T per tile)
@@ -131,9 +132,10 @@ class Sm90KeysMTiling:
         return KEYS_M_BLOCK_N * self.scale_row_bytes
 
     @property
-    def scale_offset(self) -> int:
-        """Packed: where a slot's scales start, past its chunks."""
-        return self.chunks * self.chunk_bytes
+    def scale_slot_bytes(self) -> int:
+        """One slot of the scale ring (scaled; 16-byte aligned): a tile's scales, apart from the chunks so that the
+        chunk slots stay whole 1 KB swizzle atoms with no padding."""
+        return -(-self.scale_bytes // 16) * 16
 
     @property
     def red_stride(self) -> int:
@@ -146,8 +148,13 @@ class Sm90KeysMTiling:
         return P_TILE_BYTES
 
     @property
+    def p_lo_bytes(self) -> int:
+        """Where a P^T row's lo bytes start (its first 64 bytes hold the hi ones)."""
+        return P_LO_BYTES
+
+    @property
     def v_blocks_per_scale(self) -> int:
-        """64-dim PV blocks per value scale block (per-tensor: all of them, one P^T pair)."""
+        """64-dim PV blocks per value scale block (per-tensor: all of them, one P^T tile)."""
         return self.scale_cols // 64 if self.scaled else self.dv_blocks
 
     @property
@@ -156,8 +163,8 @@ class Sm90KeysMTiling:
 
     @property
     def stage_bytes(self) -> int:
-        """A ring slot: the chunks, then the scales, rounded up to 1024 B (each slot's chunks start on a swizzle atom)."""
-        return -(-(self.chunks * self.chunk_bytes + self.scale_bytes) // 1024) * 1024
+        """A ring slot: the chunks (whole 1 KB swizzle atoms; the scales have their own ring)."""
+        return self.chunks * self.chunk_bytes
 
     @property
     def qt_chunk_bytes(self) -> int:
@@ -187,9 +194,9 @@ class Sm90KeysMTiling:
 
     @property
     def p_tiles(self) -> int:
-        """P^T tiles per math warpgroup, hi and lo each: scaled, one pair per value scale block (p times that block's
-        per-key scale)."""
-        return 2 * max(1, self.pv_scale_blocks)
+        """P^T tiles per math warpgroup (each row: the hi bytes, then the lo bytes): scaled, one per value scale block
+        (p times that block's per-key scale)."""
+        return max(1, self.pv_scale_blocks)
 
     @property
     def dv_blocks(self) -> int:
@@ -198,8 +205,8 @@ class Sm90KeysMTiling:
 
     @property
     def layout(self) -> SmemLayout:
-        """Q^T (hi and lo rows), per math warpgroup its P^T tiles (hi, lo) and reduction scratch, the warpgroups'
-        row statistics and Q's row scales, the ring, its barriers, room to round the base up to 1024 B; the
+        """Q^T (hi and lo rows), per math warpgroup its P^T tiles and reduction scratch, the warpgroups' row statistics
+        and Q's row scales, the ring (scaled: and its scale ring), its barriers, room to round the base up to 1024 B; the
         epilogue's hand-over of warpgroup 1's O^T over the ring (idle by then)."""
         b = SmemLayoutBuilder()
         b.add("qt", self.latent_chunks * self.qt_chunk_bytes, align=1024)
@@ -212,6 +219,8 @@ class Sm90KeysMTiling:
         b.add("stats", KEYS_M_WARPGROUPS * 2 * KEYS_M_ROWS * 4, align=16)  # per warpgroup: row max, row sum
         b.add("q_scale", KEYS_M_ROWS * 4, align=16)
         b.add("kv_stages", self.stages * self.stage_bytes, align=1024)
+        if self.scaled:
+            b.add("kv_scales", self.stages * self.scale_slot_bytes, align=16)
         b.add("barriers", 2 * self.stages * MBARRIER_BYTES, align=MBARRIER_BYTES)
         b.add("align_slack", ALIGN_SLACK, align=16)
         b.overlay("o_xfer", "kv_stages", self.o_xfer_bytes)

@@ -116,9 +116,10 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     into the 2-stage 16-bit ring) above 16 query rows per CTA, else sm80 (every layout dequantized in
     the consumers' registers from bulk-copied rows, fp16 MMAs); in the arch's shared memory, fp16
     MMAs for per-tensor scales on sm90. Except per-tensor, 64- and 128-column block-scaled and packed (fp8_ds_mla) fp8
-    at 16 rows or fewer: the sm90 kernel of schedule 'keys_m' (fp8 wgmma, keys as M; the fp8 tiles by TMA, 4 stages,
-    2 with 64-column blocks; the packed token's scales by the producer lanes' cp.async, 32 more arrivals on the full
-    barrier; block scales bulk-copied by the TMA thread, counted in its transaction bytes)."""
+    at 16 rows or fewer: the sm90 kernel of schedule 'keys_m' (fp8 wgmma, keys as M; the fp8 tiles by TMA, 4 stages
+    in every layout, the scales in a ring of their own; the packed token's scales by the producer lanes' cp.async, 32
+    more arrivals on the full barrier; block scales bulk-copied by the TMA thread, counted in its transaction bytes;
+    one P^T tile per value scale block, hi and lo bytes in each row)."""
     cfg = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
                                scale_mode=mode, scale_block_size=block)
     rows = heads * s_q
@@ -126,12 +127,14 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     assert cfg.backend == ("sm90" if rows > 16 or keys_m else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
     assert (cfg.backend == "sm90" and cfg.schedule == "keys_m") == keys_m
     if keys_m:
-        assert cfg.num_kv_stages == (2 if block == 64 else 4) and cfg.threads == 288 and cfg.ctas_per_sm == 1
+        assert cfg.num_kv_stages == 4 and cfg.threads == 288 and cfg.ctas_per_sm == 1
         assert cfg.full_arrivals == (33 if mode == "fp8_ds_mla" else 1)
         t = cfg.keys_m_tiling
-        assert t.scale_block == (block or 0) and t.stage_bytes % 1024 == 0
+        assert t.scale_block == (block or 0) and t.stage_bytes == 5 * 64 * 128
+        assert ("kv_scales" in {r.name for r in cfg.layout.regions}) == (mode != "per_tensor")
+        assert cfg.layout.total_bytes <= 232448
         assert t.tile_tx_bytes == 5 * 64 * 128 + (64 * 4 * -(-576 // block) if block else 0)
-        assert t.p_tiles == 2 * {None: 1 if mode == "per_tensor" else 4, 64: 8, 128: 4}[block]
+        assert t.p_tiles == {None: 1 if mode == "per_tensor" else 4, 64: 8, 128: 4}[block] and t.p_lo_bytes == 64
         assert cfg.heads_per_cta * cfg.max_s_q == 16 and cfg.max_s_q == s_q
         assert any(a.name == "kv_map" for a in Variant(cfg).contracts["main"].args)
     elif cfg.backend == "sm80":

@@ -38,7 +38,7 @@ constexpr int kMathThreads = 256;
 constexpr int kQKChains = 1;
 constexpr int kChunks = 5;              // 128-column fp8 chunks of a row
 constexpr int kChunkBytes = 8192;     // one chunk of a 64-key tile
-constexpr int kStageBytes = 41984;
+constexpr int kStageBytes = 40960;
 constexpr int kQtChunkBytes = 4096;  // one chunk of Q^T's 32 rows
 constexpr int kQKSteps = 16;           // e4m3 k32 steps of the QK product
 constexpr bool kPacked = true;  // fp8_ds_mla tokens: latent, scales, rope
@@ -52,7 +52,7 @@ constexpr int kPVScales = 4;   // of them, the value columns' (P^T once each)
 constexpr int kStepsPerScale = 4;  // e4m3 k32 steps per scale block
 constexpr int kScaleRowBytes = 16;  // one key's scales in a slot
 constexpr int kRunTxBytes = 40960;    // one page run's TMA (and bulk-copy) bytes
-constexpr int kPTiles = 8;              // P^T tiles per warpgroup: hi, lo (per scale block)
+constexpr int kPTiles = 4;              // P^T tiles per warpgroup (per value scale block one)
 // each chunk's TMA column: 128 c, but the last chunk's (packed: the rope, past the latent values and the scales)
 constexpr int kLastChunkCol = 528;
 constexpr int kDvBlocks = 8;         // 64-dim blocks of the PV product
@@ -62,22 +62,24 @@ constexpr int kBoxBytes = 8192;
 constexpr int kStages = 4;
 constexpr int kCombineThreads = 256;
 constexpr int kMinKeysPerSplit = 256;
-constexpr int kSmemBytes = 223280;
+constexpr int kSmemBytes = 206896;
 constexpr int kOffQt = 0;
 constexpr int kOffQRope = 16384;  // packed: c q's rope, bf16
-constexpr int kOffScales = 40960;   // in a slot (scaled): kScaleRowBytes per key
+constexpr int kScaleSlotBytes = 1024;  // scaled: a slot's scales, kScaleRowBytes per key
 constexpr int kRedStride = 80;  // floats per tile parity in `red`: row (and scale) maxima
-constexpr int kPTileBytes = 2048;  // one P^T tile (hi or lo); per scale block two
+constexpr int kPTileBytes = 2048;  // one P^T tile (per scale block one): hi, lo bytes per row
+constexpr int kPLoBytes = 64;  // where a P^T row's lo bytes start
 constexpr int kQKSlots = kScaled ? kQKScales : 1;  // per-block arrays' extents (1 where there are no scales)
 constexpr int kPVSlots = kScaled ? kPVScales : 1;
 constexpr int kVBlocksPerScale = 2;  // 64-dim PV blocks per value scale block
 constexpr int kOffP = 18432;        // per warpgroup: P^T hi, then lo (per scale block)
-constexpr int kOffRed = 51200;          // per warpgroup 1 KB
-constexpr int kOffStats = 53248;      // float[2][2][16]: row max, row sum per warpgroup
-constexpr int kOffQScale = 53504;   // float[16]: 1 / c per query row
-constexpr int kOffKV = 54272;
-constexpr int kOffOXfer = 54272;     // warpgroup 1's O^T at the end, over the ring
-constexpr int kOffBarriers = 222208;
+constexpr int kOffRed = 34816;          // per warpgroup 1 KB
+constexpr int kOffStats = 36864;      // float[2][2][16]: row max, row sum per warpgroup
+constexpr int kOffQScale = 37120;   // float[16]: 1 / c per query row
+constexpr int kOffKV = 37888;
+constexpr int kOffScaleRing = 201728;  // scaled: per slot kScaleSlotBytes
+constexpr int kOffOXfer = 37888;     // warpgroup 1's O^T at the end, over the ring
+constexpr int kOffBarriers = 205824;
 constexpr int kAlignSlack = 1008;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kQHi = 400.f;   // |c q| at most this: hi <= 416, lo = 16 (c q - hi) <= 256, both below e4m3's 448
@@ -87,18 +89,20 @@ using Ring = kvforge::KVRing<kStages, 1, 33, 4>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
 static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 && kThreads == kMathThreads + 32, "roles");
-static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kOffScales == kChunks * kChunkBytes && kStageBytes % 1024 == 0 &&
-              kStageBytes >= kOffScales + kBN * kScaleRowBytes && kStageBytes < kOffScales + kBN * kScaleRowBytes + 1024,
+static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes && kStageBytes % 1024 == 0 &&
+              (!kScaled || (kScaleSlotBytes >= kBN * kScaleRowBytes && kScaleSlotBytes % 16 == 0 && kOffScaleRing % 16 == 0)),
               "tiles");
-static_assert(kRedStride == 64 + 4 * kPVScales && 2 * kRedStride + 64 <= 256, "red: 1 KB per warpgroup");
+static_assert(kRedStride == 64 + 4 * kPVScales && 2 * kRedStride + 64 <= 256 && kOffRed % 16 == 0,
+              "red: 1 KB per warpgroup, each parity's rows and blocks 16-byte float quads");
 static_assert(kScaled == (kQKScales > 0) && kPVSlots * kVBlocksPerScale == kDvBlocks &&
-              kPTiles == 2 * kPVSlots && kQKSteps <= kQKSlots * kStepsPerScale &&
+              kPTiles == kPVSlots && kQKSteps <= kQKSlots * kStepsPerScale &&
               kQKSteps > (kQKSlots - 1) * kStepsPerScale, "scale blocks: whole PV blocks, k32 steps");
 static_assert(kRunTxBytes == kChunks * kBoxBytes + (kBlockScales ? kBoxRows * kScaleRowBytes : 0) &&
               kRunTxBytes % 16 == 0 && (kBoxRows * kScaleRowBytes) % 16 == 0, "a run's bytes (bulk copies: 16-byte units)");
 static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
               kQtChunkBytes == 32 * 128, "steps");
-static_assert(!kPacked || (kQKScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 8 &&
+static_assert(kPLoBytes == 64 && kBN == 64, "P^T: a row's 64 hi bytes, then its 64 lo bytes (k32 steps 0-1, 2-3)");
+static_assert(!kPacked || (kQKScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 4 &&
                            kScaleRowBytes == 16 && !kBlockScales),
               "the packed token: 4 x 128 latent columns with a scale each, 64 bf16 rope values");
 static_assert(kBoxRows * kBoxesPerTile == kBN && kBoxBytes == kBoxRows * 128, "TMA boxes");
@@ -310,15 +314,16 @@ __host__ __device__ constexpr bool lane_pairs_fill_words() {
 static_assert(lane_pairs_fill_words(), "P^T's key slots: a lane pair's four keys make one 32-bit word");
 // A lane pair's (g even and odd: lanes l, l ^ 4) P^T bytes of two query rows (rows 0, 1) as 32-bit words: the pair's
 // four keys (even's kr 0, odd's kr 0, even's kr 1, odd's kr 1) sit in four consecutive key slots (key_slot). After one
-// exchange the even lane stores both rows' hi words in `tile`, the odd lane both rows' lo words kPTileBytes on.
+// exchange the even lane stores both rows' hi words in `tile`, the odd lane both rows' lo words kPLoBytes on in the same
+// rows (in a 128-byte swizzled row, column c + 64 is at c's address xor 64).
 __device__ __forceinline__ void store_p_words(unsigned char* tile, int off0, int off1, int odd, unsigned short hv0,
                                               unsigned short hv1, unsigned short lv0, unsigned short lv1) {
   const u32 hv2 = hv0 | (static_cast<u32>(hv1) << 16), lv2 = lv0 | (static_cast<u32>(lv1) << 16);
   const u32 recv = __shfl_xor_sync(0xffffffffu, odd ? hv2 : lv2, 4);
   const u32 a = odd ? recv : hv2, b = odd ? lv2 : recv;  // the even lane's bytes, the odd lane's
-  unsigned char* t = tile + (odd ? kPTileBytes : 0);
-  *reinterpret_cast<u32*>(t + off0) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
-  *reinterpret_cast<u32*>(t + off1) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
+  const int lo = odd ? kPLoBytes : 0;
+  *reinterpret_cast<u32*>(tile + (off0 ^ lo)) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
+  *reinterpret_cast<u32*>(tile + (off1 ^ lo)) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
 }
 // Reductions over the lanes holding one column of the accumulator (lane % 4 fixed: xor 4, 8, 16).
 __device__ __forceinline__ float col_max(float x) {
@@ -365,6 +370,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     }
     pipe.producer_acquire();
     unsigned char* stage = smem + kOffKV + pipe.index() * kStageBytes;
+    unsigned char* scales = smem + kOffScaleRing + pipe.index() * kScaleSlotBytes;  // scaled
     if (lane == 0) {
       u64* full = pipe.producer_commit_expect_tx(static_cast<u32>(count * kRunTxBytes));
 #pragma unroll
@@ -375,7 +381,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
           wg::tma_load_3d(stage + c * kChunkBytes + bx * kBoxBytes, map, full, c + 1 < kChunks ? c * 128 : kLastChunkCol,
                           row, page[bx]);
         if constexpr (kBlockScales)
-          kvforge::bulk_copy_g2s(stage + kOffScales + bx * kBoxRows * kScaleRowBytes,
+          kvforge::bulk_copy_g2s(scales + bx * kBoxRows * kScaleRowBytes,
                                  block_scales + (static_cast<long long>(page[bx]) * kPageSize + row) * kQKScales,
                                  kBoxRows * kScaleRowBytes, full);
       }
@@ -383,7 +389,7 @@ __device__ __forceinline__ void producer_loop(const Ring& ring, unsigned char* s
     if constexpr (kPacked) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
-        kvforge::sm80::cp_async_16(stage + kOffScales + 16 * (2 * lane + kk), scale_src[kk], scale_valid[kk]);
+        kvforge::sm80::cp_async_16(scales + 16 * (2 * lane + kk), scale_src[kk], scale_valid[kk]);
       pipe.producer_commit_cp_async();
     }
     pipe.advance();
@@ -503,7 +509,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
   const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
   const u64 qr_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQRope), 16, 1024);  // packed: the rope's c q
   unsigned char* const p_smem = smem + kOffP + mg * kPTiles * kPTileBytes;
-  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo kPTileBytes on (per scale block 2 kPTileBytes)
+  const u64 p_desc = wg::desc_sw128(kvforge::smem_u32(p_smem), 16, 1024);  // P^T hi; lo kPLoBytes on (per scale block kPTileBytes)
   for (int t = mg; t < w.num_tiles; t += 2) {
     const int j0 = w.key_begin + t * kBN;
     const int valid = min(kBN, w.key_end - j0);
@@ -519,7 +525,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     if constexpr (kScaled) {
       // each scale block into its own accumulator (two, alternating: one is scaled while the next block's wgmmas
       // run), added into S with the key's scale; packed, then the rope's bf16 product into S's hi columns
-      const unsigned char* srow = smem + kOffKV + slot * kStageBytes + kOffScales;
+      const unsigned char* srow = smem + kOffScaleRing + slot * kScaleSlotBytes;
 #pragma unroll
       for (int kr = 0; kr < 2; ++kr) {
         const int key = 16 * wp + g + 8 * kr;
@@ -613,20 +619,20 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         }
         tmax[j][e] = col_max(fmaxf(x[j][e][0], x[j][e][1]));
       }
-    // red: per tile parity [4 warps][16 rows] tile maxima, then (scaled) [4 warps][kPVScales blocks] scale maxima;
-    // double-buffered: a warp may be one tile ahead of another
+    // red: per tile parity [16 rows][4 warps] tile maxima, then (scaled) [kPVScales blocks][4 warps] scale maxima
+    // (each row's or block's four warps one 16-byte load); double-buffered: a warp may be one tile ahead of another
     float* rb = red + ((t / 2) & 1) * kRedStride;
     if (g == 0) {
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) rb[wp * 16 + 8 * j + 2 * i + e] = tmax[j][e];
+        for (int e = 0; e < 2; ++e) rb[4 * (8 * j + 2 * i + e) + wp] = tmax[j][e];
     }
     if constexpr (kScaled) {
 #pragma unroll
       for (int blk = 0; blk < kPVScales; ++blk) {
         const float smax = col_max(fmaxf(sc[0][blk], sc[1][blk]));
-        if (lane == 0) rb[64 + kPVScales * wp + blk] = smax;
+        if (lane == 0) rb[64 + 4 * blk + wp] = smax;
       }
     }
     wg::named_sync(bar, 128);
@@ -636,8 +642,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     if constexpr (kScaled) {
 #pragma unroll
       for (int blk = 0; blk < kPVScales; ++blk) {
-        const float tm = fmaxf(fmaxf(rb[64 + blk], rb[64 + kPVScales + blk]),
-                               fmaxf(rb[64 + 2 * kPVScales + blk], rb[64 + 3 * kPVScales + blk]));
+        const float4 w4 = *reinterpret_cast<const float4*>(rb + 64 + 4 * blk);
+        const float tm = fmaxf(fmaxf(w4.x, w4.y), fmaxf(w4.z, w4.w));
         if (tm > rmax[blk]) {  // the same values in every thread of the warpgroup: a uniform branch
           const float f = rmax[blk] / tm;
           rmax[blk] = tm;
@@ -657,7 +663,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = 8 * j + 2 * i + e;
-        const float mn = next_max(m[j][e], fmaxf(fmaxf(rb[r], rb[16 + r]), fmaxf(rb[32 + r], rb[48 + r])));
+        const float4 w4 = *reinterpret_cast<const float4*>(rb + 4 * r);
+        const float mn = next_max(m[j][e], fmaxf(fmaxf(w4.x, w4.y), fmaxf(w4.z, w4.w)));
         const float mu = mn == neg_inf() ? 0.f : mn;
         alpha[j][e] = mn == m[j][e] ? 1.f : exp2_ftz(m[j][e] - mu);  // exactly 1 where the maximum stays
         m[j][e] = mn;
@@ -684,7 +691,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       }
 #pragma unroll
       for (int blk = 0; blk < kPVSlots; ++blk)
-        store_p_words(p_smem + 2 * kPTileBytes * blk, poff[j][0], poff[j][1], g & 1, hv[0][blk], hv[1][blk],
+        store_p_words(p_smem + kPTileBytes * blk, poff[j][0], poff[j][1], g & 1, hv[0][blk], hv[1][blk],
                       lv[0][blk], lv[1][blk]);
     }
     if (!kLazyRescale ||
@@ -736,9 +743,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     for (int d = 0; d < kDvBlocks; ++d)
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
-        const int pt = (d / kVBlocksPerScale) * 2 * kPTileBytes;  // the P^T tiles of d's value scale block (scaled)
+        const int pt = (d / kVBlocksPerScale) * kPTileBytes;  // the P^T tile of d's value scale block (scaled)
         wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kb * 32) >> 4));
-        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kPTileBytes + kb * 32) >> 4));
+        wg::wgmma_m64n16k32_e4m3_rs(o[d], a[d][kb], p_desc + static_cast<u64>((pt + kPLoBytes + kb * 32) >> 4));
       }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();  // (left in flight into the next tile's QK, ptxas serialises every wgmma)
