@@ -43,7 +43,8 @@ from . import policy
 from .decode import TMA_BOX_COLS, DecodeConfig, paged_map_geometry
 from .pipeline import MBARRIER_BYTES, MAX_TX_BYTES
 from .sm90_gqa import GQA_BLOCK_N, Sm90GqaTiling
-from .sm90_keys_m import KEYS_M_BLOCK_N, KEYS_M_ROWS, KEYS_M_WARPGROUPS, Sm90KeysMTiling
+from .sm90_keys_m import (KEYS_M_BLOCK_N, KEYS_M_MATH_REGS, KEYS_M_PRODUCER_REGS, KEYS_M_ROWS, KEYS_M_WARPGROUPS,
+                          Sm90KeysMTiling)
 from .smem import SmemLayout, SmemLayoutBuilder
 
 WGMMA_M = 64
@@ -76,7 +77,7 @@ def register_budget(warpgroups: int = 1 + MATH_WARPGROUPS) -> int:
 
 
 for _p, _m in ((PRODUCER_REGS, MATH_REGS), (FP8_PRODUCER_REGS, FP8_MATH_REGS),
-               (FP8_SLOT_PRODUCER_REGS, FP8_SLOT_MATH_REGS)):
+               (FP8_SLOT_PRODUCER_REGS, FP8_SLOT_MATH_REGS), (KEYS_M_PRODUCER_REGS, KEYS_M_MATH_REGS)):
     assert _p % REG_UNIT == 0 and _m % REG_UNIT == 0 and 24 <= _p <= 256 and 24 <= _m <= 256, (_p, _m)
     assert _p + MATH_WARPGROUPS * _m <= register_budget(), (_p, _m, register_budget())
 
@@ -320,7 +321,7 @@ class Sm90DecodeConfig(DecodeConfig):
     def ctas_per_sm(self) -> int:
         """GQA: the tiling's (two where a one-warpgroup CTA leaves room, for the register split it is built
         with); MLA: by shared memory (one); schedule 'keys_m': one (by registers)."""
-        if self.keys_m:  # its 288 threads hold ~168 registers each: one CTA per SM whatever the ring's depth
+        if self.keys_m:  # its 384 threads hold 168 registers each: one CTA per SM whatever the ring's depth
             return 1
         return self.gqa.ctas_per_sm if self.is_gqa else super().ctas_per_sm
 
@@ -541,6 +542,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def producer_regs(self) -> int:
         if self.is_gqa:
             return self.gqa.producer_regs
+        if self.keys_m:
+            return KEYS_M_PRODUCER_REGS
         if self.converts_in_slot:
             return FP8_SLOT_PRODUCER_REGS
         return FP8_PRODUCER_REGS if self.converts_in_producer else PRODUCER_REGS
@@ -549,6 +552,8 @@ class Sm90DecodeConfig(DecodeConfig):
     def math_regs(self) -> int:
         if self.is_gqa:
             return self.gqa.math_regs
+        if self.keys_m:
+            return KEYS_M_MATH_REGS
         if self.converts_in_slot:
             return FP8_SLOT_MATH_REGS
         return FP8_MATH_REGS if self.converts_in_producer else MATH_REGS

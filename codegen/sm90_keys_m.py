@@ -2,7 +2,7 @@
 token) and at most 16 query rows per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
 the cache never converted.
 
-One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp
+One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp (of a
 loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
 `num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
 Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
@@ -31,6 +31,11 @@ from .smem import SmemLayout, SmemLayoutBuilder
 KEYS_M_ROWS = 16            # query rows per CTA: the wgmma N of the PV product (and half the QK product's)
 KEYS_M_WARPGROUPS = 2       # math warpgroups, alternate tiles
 KEYS_M_BLOCK_N = 64         # keys per tile: wgmma M
+# setmaxnreg: a producer warpgroup (one warp of it works) keeps 40 registers a thread, each math warpgroup takes 232;
+# 384 threads launch with 168 each (65536 / 384 in units of 8; 288 threads, a lone producer warp, get no more: the
+# register file is allocated per four warps), and 40 + 2 x 232 = 3 x 168
+KEYS_M_PRODUCER_REGS = 40
+KEYS_M_MATH_REGS = 232
 FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle span
 QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
 P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile: 16 rows of 128 bytes, a row's 64 keys' hi bytes then their lo bytes
@@ -66,8 +71,9 @@ class Sm90KeysMTiling:
 
     @property
     def threads(self) -> int:
-        """The math warpgroups, then one producer warp."""
-        return self.math_threads + 32
+        """The math warpgroups, then a producer warpgroup: its first warp loads, its other three only hand their
+        registers to the math warpgroups (setmaxnreg) and exit."""
+        return self.math_threads + 128
 
     @property
     def chunks(self) -> int:
