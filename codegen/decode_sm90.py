@@ -321,7 +321,7 @@ class Sm90DecodeConfig(DecodeConfig):
     def ctas_per_sm(self) -> int:
         """GQA: the tiling's (two where a one-warpgroup CTA leaves room, for the register split it is built
         with); MLA: by shared memory (one); schedule 'keys_m': one (by registers)."""
-        if self.keys_m:  # its 384 threads hold 168 registers each: one CTA per SM whatever the ring's depth
+        if self.keys_m:  # its 288 or 384 threads hold 168 registers each: one CTA per SM whatever the ring's depth
             return 1
         return self.gqa.ctas_per_sm if self.is_gqa else super().ctas_per_sm
 

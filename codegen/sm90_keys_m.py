@@ -2,8 +2,8 @@
 token) and at most 16 query rows per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
 the cache never converted.
 
-One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp (of a
-loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
+One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp (scaled layouts: of a
+warpgroup that hands its registers to the math by setmaxnreg) loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
 `num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
 Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
 row), the softmax over keys per query row (the tile maximum through shared memory), P^T as hi and lo e4m3
@@ -31,9 +31,10 @@ from .smem import SmemLayout, SmemLayoutBuilder
 KEYS_M_ROWS = 16            # query rows per CTA: the wgmma N of the PV product (and half the QK product's)
 KEYS_M_WARPGROUPS = 2       # math warpgroups, alternate tiles
 KEYS_M_BLOCK_N = 64         # keys per tile: wgmma M
-# setmaxnreg: a producer warpgroup (one warp of it works) keeps 40 registers a thread, each math warpgroup takes 232;
-# 384 threads launch with 168 each (65536 / 384 in units of 8; 288 threads, a lone producer warp, get no more: the
-# register file is allocated per four warps), and 40 + 2 x 232 = 3 x 168
+# Scaled layouts, setmaxnreg: a producer warpgroup (one warp of it works) keeps 40 registers a thread, each math
+# warpgroup takes 232; 384 threads launch with 168 each (65536 / 384 in units of 8; 288 threads, a lone producer warp,
+# get no more), and 40 + 2 x 232 = 3 x 168. Per-tensor keeps the lone producer warp: it fits 168 registers without
+# spills, and the 384-thread build measured 0.965-0.987x of it (bench/RESULTS.md, thirty-fifth session).
 KEYS_M_PRODUCER_REGS = 40
 KEYS_M_MATH_REGS = 232
 FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle span
@@ -70,10 +71,15 @@ class Sm90KeysMTiling:
         return 128 * KEYS_M_WARPGROUPS
 
     @property
+    def producer_warpgroup(self) -> bool:
+        """Whether the producer is a whole warpgroup (scaled layouts): its first warp loads, its other three only hand
+        their registers to the math warpgroups (setmaxnreg) and exit; per-tensor: one producer warp."""
+        return self.scaled
+
+    @property
     def threads(self) -> int:
-        """The math warpgroups, then a producer warpgroup: its first warp loads, its other three only hand their
-        registers to the math warpgroups (setmaxnreg) and exit."""
-        return self.math_threads + 128
+        """The math warpgroups, then the producer warp or warpgroup."""
+        return self.math_threads + (128 if self.producer_warpgroup else 32)
 
     @property
     def chunks(self) -> int:

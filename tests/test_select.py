@@ -127,7 +127,7 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
     assert cfg.backend == ("sm90" if rows > 16 or keys_m else "sm80") and cfg.is_fp8 and cfg.scale_mode == mode
     assert (cfg.backend == "sm90" and cfg.schedule == "keys_m") == keys_m
     if keys_m:
-        assert cfg.num_kv_stages == 4 and cfg.threads == 384 and cfg.ctas_per_sm == 1
+        assert cfg.num_kv_stages == 4 and cfg.threads == (288 if mode == "per_tensor" else 384) and cfg.ctas_per_sm == 1
         assert cfg.full_arrivals == (33 if mode == "fp8_ds_mla" else 1)
         t = cfg.keys_m_tiling
         assert t.scale_block == (block or 0) and t.stage_bytes == 5 * 64 * 128

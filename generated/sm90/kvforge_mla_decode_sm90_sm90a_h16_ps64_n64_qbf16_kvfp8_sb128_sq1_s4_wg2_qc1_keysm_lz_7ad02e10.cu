@@ -4,7 +4,7 @@
 // query rows per CTA, fp8 wgmma with the tile's keys as M; the cache is never converted (codegen/sm90_keys_m.py).
 //
 //   kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_sb128_sq1_s4_wg2_qc1_keysm_lz_7ad02e10  main kernel: each CTA derives its key chunk from cache_seqlens (the split plan)
-//       and checks the block-table entries that chunk reaches. The last warpgroup is the producer (setmaxnreg: its registers to the math): one thread walks
+//       and checks the block-table entries that chunk reaches. The last warp (scaled layouts: warpgroup, its registers to the math by setmaxnreg) is the producer: one thread walks
 //       the block table and loads each 64-key fp8 tile (packed: every lane also copies two keys' scales; block scales: the
 //       TMA thread bulk-copies them) (5 128-column boxes per page
 //       run) by TMA into the mbarrier ring. Math warpgroups 0 and 1 take alternate tiles: S^T = K Q^T (wgmma
@@ -35,6 +35,9 @@ constexpr int kHeadsPerCTA = 16;
 constexpr int kQRows = 16;
 constexpr int kThreads = 384;
 constexpr int kMathThreads = 256;
+// scaled layouts: a producer warpgroup (one warp loads) hands registers to the math warpgroups by setmaxnreg;
+// per-tensor: one producer warp, every thread at the launch's count
+constexpr bool kProducerWarpgroup = true;
 constexpr int kProducerRegs = 40;  // setmaxnreg: the producer warpgroup's registers per thread
 constexpr int kMathRegs = 232;          // ... and each math warpgroup's
 constexpr int kQKChains = 1;
@@ -90,7 +93,8 @@ constexpr float kPScale = 128.f;
 using Ring = kvforge::KVRing<kStages, 1, 1, 128>;
 
 // The tiling invariants codegen/sm90_keys_m.py checks, restated so a bad constant fails to compile.
-static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 && kThreads == kMathThreads + 128, "roles");
+static_assert(kQRows == 16 && kHeadsPerCTA <= kQRows && kMathThreads == 256 &&
+              kThreads == kMathThreads + (kProducerWarpgroup ? 128 : 32), "roles");
 static_assert(kProducerRegs + 2 * kMathRegs <= 504 && kProducerRegs % 8 == 0 && kMathRegs % 8 == 0,
               "setmaxnreg shares the launch's registers (more makes the math warpgroups' increase wait forever)");
 static_assert(kBN == 64 && kChunkBytes == kBN * 128 && kStageBytes == kChunks * kChunkBytes && kStageBytes % 1024 == 0 &&
@@ -880,11 +884,11 @@ kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_sb128_sq1_s4_wg2_qc1_keys
   }
   __syncthreads();
   if (threadIdx.x >= kMathThreads) {
-    wg::setmaxnreg_dec<kProducerRegs>();
+    if constexpr (kProducerWarpgroup) wg::setmaxnreg_dec<kProducerRegs>();
     if (kPacked ? threadIdx.x < kMathThreads + 32 : threadIdx.x == kMathThreads)
       producer_loop(ring, smem, &kv_map, bt_row, w, k_cache, k_scale, threadIdx.x - kMathThreads);
   } else {
-    wg::setmaxnreg_inc<kMathRegs>();
+    if constexpr (kProducerWarpgroup) wg::setmaxnreg_inc<kMathRegs>();
     math_loop(ring, smem, q, rows, w, out, lse, part_o, part_lse, s_q, num_q_heads, num_splits, scale_log2, out_scale,
               causal);
   }

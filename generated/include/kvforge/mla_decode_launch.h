@@ -1022,7 +1022,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_692cba01<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 192560, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_692cba01<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 288, 192560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
@@ -1334,7 +1334,7 @@ static inline cudaError_t kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8
   float* part_o = (float*)((char*)workspace + 16640);  // float4-read rows: 16-byte aligned
   float* part_lse = part_o + rows * 512;
   const float scale_log2 = softmax_scale * 1.4426950408889634f;
-  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_7da94b4e<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 384, 192560, stream>>>(
+  kvforge_mla_decode_sm90_sm90a_h16_ps64_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_7da94b4e<<<dim3((num_q_heads + 15) / 16, batch, num_splits), 288, 192560, stream>>>(
 q, k_cache, v_cache, block_table, seqlens, out, lse, part_o, part_lse, error_word, s_q, num_q_heads, num_kv_heads, num_pages, max_pages, num_splits, scale_log2, causal, k_scale, v_scale, k_scale_value, v_scale_value, kv_map);
 #if defined(KVFORGE_PDL)
   if (num_splits > 1) {
