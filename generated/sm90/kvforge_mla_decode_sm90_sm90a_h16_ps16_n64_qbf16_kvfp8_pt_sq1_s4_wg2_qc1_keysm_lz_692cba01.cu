@@ -55,6 +55,7 @@ constexpr bool kScaled = kPacked || kBlockScales;                  // per-key sc
 constexpr int kQKScales = 0;      // scales per token the QK product applies
 constexpr int kPVScales = 0;   // of them, the value columns' (P^T once each)
 constexpr int kStepsPerScale = 18;  // e4m3 k32 steps per scale block
+constexpr int kQKAccs = 1;  // scaled: scale blocks' QK accumulators in flight
 constexpr int kScaleRowBytes = 0;  // one key's scales in a slot
 constexpr int kRunTxBytes = 10240;    // one page run's TMA (and bulk-copy) bytes
 constexpr int kPTiles = 1;              // P^T tiles per warpgroup (per value scale block one)
@@ -109,6 +110,8 @@ static_assert(kRunTxBytes == kChunks * kBoxBytes + (kBlockScales ? kBoxRows * kS
               kRunTxBytes % 16 == 0 && (kBoxRows * kScaleRowBytes) % 16 == 0, "a run's bytes (bulk copies: 16-byte units)");
 static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
               kQtChunkBytes == 32 * 128, "steps");
+static_assert(kScaled ? (kQKAccs >= 2 && kQKAccs <= 4 && kQKScales >= kQKAccs) : kQKAccs == 1,
+              "the scale blocks' accumulators in flight (wgmma_wait_at_most takes 0..3 pending groups)");
 static_assert(kPLoBytes == 64 && kBN == 64, "P^T: a row's 64 hi bytes, then its 64 lo bytes (k32 steps 0-1, 2-3)");
 static_assert(!kPacked || (kQKScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 4 &&
                            kScaleRowBytes == 16 && !kBlockScales),
@@ -333,6 +336,15 @@ __device__ __forceinline__ void store_p_words(unsigned char* tile, int off0, int
   *reinterpret_cast<u32*>(tile + (off0 ^ lo)) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
   *reinterpret_cast<u32*>(tile + (off1 ^ lo)) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
 }
+// wgmma.wait_group with a count the unrolled loops make constant (0..3)
+__device__ __forceinline__ void wgmma_wait_at_most(int pending) {
+  switch (pending) {
+    case 0: wg::wgmma_wait<0>(); break;
+    case 1: wg::wgmma_wait<1>(); break;
+    case 2: wg::wgmma_wait<2>(); break;
+    default: wg::wgmma_wait<3>(); break;
+  }
+}
 // Reductions over the lanes holding one column of the accumulator (lane % 4 fixed: xor 4, 8, 16).
 __device__ __forceinline__ float col_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
@@ -531,7 +543,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     const u64 da0 = wg::desc_sw128(st_addr, 16, 1024);
     float sc[2][kQKSlots];  // scaled: this thread's two keys' scales (zero past key_end)
     if constexpr (kScaled) {
-      // each scale block into its own accumulator (two, alternating: one is scaled while the next block's wgmmas
+      // each scale block into its own accumulator (kQKAccs, rotating: one is scaled while the next blocks' wgmmas
       // run), added into S with the key's scale; packed, then the rope's bf16 product into S's hi columns
       const unsigned char* srow = smem + kOffScaleRing + slot * kScaleSlotBytes;
 #pragma unroll
@@ -551,7 +563,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
           }
         }
       }
-      float acc[2][16], sr[8];
+      float acc[kQKAccs][16], sr[8];
 #pragma unroll
       for (int k = 0; k < 16; ++k) s[k] = 0.f;
       auto add_block = [&](const float (&a)[16], int blk) {
@@ -560,20 +572,21 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       };
 #pragma unroll
       for (int blk = 0; blk < kQKScales; ++blk) {
-        wg::wgmma_fence();  // acc[blk % 2] was read by add_block
+        wg::wgmma_fence();  // acc[blk % kQKAccs] was read by add_block
 #pragma unroll
         for (int kk = 0; kk < kStepsPerScale; ++kk) {
           const int step = blk * kStepsPerScale + kk;
           if (step >= kQKSteps) break;  // the short last block (block scales: the rope's 64 columns)
           const u64 da = da0 + static_cast<u64>(((step / 4) * kChunkBytes + (step % 4) * 32) >> 4);
           const u64 db = qt_desc + static_cast<u64>(((step / 4) * kQtChunkBytes + (step % 4) * 32) >> 4);
-          wg::wgmma_m64n32k32_e4m3(acc[blk % 2], da, db, kk > 0);
+          wg::wgmma_m64n32k32_e4m3(acc[blk % kQKAccs], da, db, kk > 0);
         }
         wg::wgmma_commit();
-        if (blk > 0) {
-          wg::wgmma_wait<1>();
-          wg::fence_operands(acc[(blk - 1) % 2]);
-          add_block(acc[(blk - 1) % 2], blk - 1);
+        if (blk >= kQKAccs - 1) {  // the oldest block in flight: wait for it alone, add it
+          const int done = blk - (kQKAccs - 1);
+          wg::wgmma_wait<kQKAccs - 1>();
+          wg::fence_operands(acc[done % kQKAccs]);
+          add_block(acc[done % kQKAccs], done);
         }
       }
       if constexpr (kPacked) {
@@ -582,12 +595,15 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
           wg::wgmma_m64n16k16_bf16(sr, da0 + static_cast<u64>((kLatentChunks * kChunkBytes + kk * 32) >> 4),
                                    qr_desc + static_cast<u64>((kk * 32) >> 4), kk > 0);
         wg::wgmma_commit();
-        wg::wgmma_wait<1>();
-      } else {
-        wg::wgmma_wait<0>();
       }
-      wg::fence_operands(acc[(kQKScales - 1) % 2]);
-      add_block(acc[(kQKScales - 1) % 2], kQKScales - 1);
+      // the last kQKAccs - 1 blocks, oldest first (packed: the rope's group stays in flight behind them)
+#pragma unroll
+      for (int k = 0; k < kQKAccs - 1; ++k) {
+        const int blk = kQKScales - (kQKAccs - 1) + k;
+        wgmma_wait_at_most(kQKAccs - 2 - k + (kPacked ? 1 : 0));
+        wg::fence_operands(acc[blk % kQKAccs]);
+        add_block(acc[blk % kQKAccs], blk);
+      }
       if constexpr (kPacked) {
         wg::wgmma_wait<0>();
         wg::fence_operands(sr);
