@@ -37,7 +37,10 @@ KEYS_M_BLOCK_N = 64         # keys per tile: wgmma M
 # spills, and the 384-thread build measured 0.965-0.987x of it (bench/RESULTS.md, thirty-fifth session).
 KEYS_M_PRODUCER_REGS = 40
 KEYS_M_MATH_REGS = 232
-KEYS_M_QK_ACCUMULATORS = 3  # scaled layouts: scale blocks' QK accumulators in flight (the 232 registers hold three)
+# Scaled layouts: the scale blocks' QK accumulators in flight; three (the 232 registers hold them) measured
+# 1.004-1.031x of two with 64-column blocks (9 per row), 0.980-1.002x with 128 and 0.972-1.014x on the packed token (5
+# and 4 blocks: bench/RESULTS.md, thirty-fifth session)
+KEYS_M_QK_ACCUMULATORS = {9: 3}  # scale blocks per row -> accumulators (2 otherwise)
 FP8_BOX_COLS = 128          # fp8 columns (bytes) per TMA box row, the swizzle span
 QT_ROWS = 2 * KEYS_M_ROWS   # Q^T: hi rows, then lo rows
 P_TILE_BYTES = KEYS_M_ROWS * 128  # one P^T tile: 16 rows of 128 bytes, a row's 64 keys' hi bytes then their lo bytes
@@ -135,7 +138,7 @@ class Sm90KeysMTiling:
     def qk_accumulators(self) -> int:
         """Scaled layouts: the QK product's per-scale-block accumulators, rotating, so that one block is added into S
         with its scales while the next ones' wgmmas run (1 per-tensor: one chain over the whole row)."""
-        return KEYS_M_QK_ACCUMULATORS if self.scaled else 1
+        return KEYS_M_QK_ACCUMULATORS.get(self.scale_blocks, 2) if self.scaled else 1
 
     @property
     def scale_row_bytes(self) -> int:
