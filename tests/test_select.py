@@ -135,6 +135,8 @@ def test_fp8_mla_takes_the_backend_16_bit_mla_takes(heads, s_q, mode, block):
         assert cfg.layout.total_bytes <= 232448
         assert t.tile_tx_bytes == 5 * 64 * 128 + (64 * 4 * -(-576 // block) if block else 0)
         assert t.p_tiles == {None: 1 if mode == "per_tensor" else 4, 64: 8, 128: 4}[block] and t.p_lo_bytes == 64
+        assert t.producer_warpgroup == (mode != "per_tensor") and cfg.producer_regs + 2 * cfg.math_regs <= 504
+        assert t.qk_accumulators == (1 if mode == "per_tensor" else 3 if block == 64 else 2)
         assert cfg.heads_per_cta * cfg.max_s_q == 16 and cfg.max_s_q == s_q
         assert any(a.name == "kv_map" for a in Variant(cfg).contracts["main"].args)
     elif cfg.backend == "sm80":

@@ -761,7 +761,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     if (kBlockScales || lane == 0) kvforge::MBarrier::arrive(ring.empty(slot));
     wg::fence_proxy_async();  // P^T is read by wgmma
     wg::named_sync(bar, 128);
-    // ---- O^T += V^T P^T, P^T as its hi and lo tiles ----
+    // ---- O^T += V^T P^T, P^T as its hi and lo bytes ----
     wg::wgmma_fence();
 #pragma unroll
     for (int d = 0; d < kDvBlocks; ++d)
