@@ -21,7 +21,7 @@ import kvforge  # noqa: E402
 from bench import Shape, interleaved_ms, kv_copies, make_inputs  # noqa: E402
 from fp8 import kv_bytes, quantized  # noqa: E402
 
-from kvforge.codegen.select import select_decode_config, sm90_keys_m_choice  # noqa: E402
+from kvforge.codegen.select import SM90_KEYS_M_STAGES, select_decode_config, sm90_keys_m_choice  # noqa: E402
 
 SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16), Shape("mla_decode", 32, 8192, 16),
           Shape("mla_decode", 2, 16384, 16), Shape("mla_decode", 128, 4096, 8, s_q=2),
@@ -32,7 +32,7 @@ SHAPES = [Shape("mla_decode", 128, 4096, 16), Shape("mla_decode", 64, 8192, 16),
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stages", type=int, default=None, help="keys_m's ring depth (default: sm90_keys_m_choice's)")
+    ap.add_argument("--stages", type=int, default=SM90_KEYS_M_STAGES, help="keys_m's ring depth")
     ap.add_argument("--qk-chains", type=int, default=1)
     ap.add_argument("--shapes", default="", help="indices into SHAPES (comma-separated; default all)")
     ap.add_argument("--layout", choices=("per_tensor", "block", "fp8_ds_mla"), default="per_tensor",

@@ -564,14 +564,12 @@ def uses_keys_m(family: str, heads: int, s_q: int, scale_mode: str, scale_block_
     return family == "mla_decode" and scale_mode in KEYS_M_LAYOUTS and heads * s_q <= KEYS_M_ROWS
 
 
-def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int | None = None,
+def sm90_keys_m_choice(dtype: str, page_size: int, s_q: int, stages: int = SM90_KEYS_M_STAGES,
                        qk_chains: int = SM90_KEYS_M_QK_CHAINS, scale_mode: str = "per_tensor",
                        scale_block_size: int | None = None) -> DecodeConfig:
     """The sm90 MLA config of schedule 'keys_m' for a per-tensor fp8 cache, block scales of 64 or 128 columns or the
-    packed fp8_ds_mla token: 16 query rows per CTA (16 // s_q heads); a ring of SM90_KEYS_M_STAGES slots unless
-    `stages` says otherwise."""
-    if stages is None:
-        stages = SM90_KEYS_M_STAGES
+    packed fp8_ds_mla token: 16 query rows per CTA (16 // s_q heads), a ring of `stages` slots (every layout fits
+    SM90_KEYS_M_STAGES)."""
     return build(DecodeConfig, dict(
         family="mla_decode", backend="sm90", arch="sm_90a", head_dim_qk=MLA_DIMS[0], head_dim_v=MLA_DIMS[1],
         heads_per_cta=16 // s_q, page_size=page_size, block_n=64, q_dtype=dtype, kv_dtype="fp8_e4m3",

@@ -1,24 +1,26 @@
 """The sm90 MLA kernel for fp8 caches (per-tensor, block scales of 64 or 128 columns, DeepSeek's packed fp8_ds_mla
-token) and at most 16 query rows per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8 wgmma with the tile's keys as M,
-the cache never converted.
+token) and at most 16 query rows per CTA (schedule 'keys_m'), placed by templates/cuda/decode_sm90_keys_m.cu.j2: fp8
+wgmma with the tile's keys as M, the cache never converted.
 
-One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp (scaled layouts: of a
-warpgroup that hands its registers to the math by setmaxnreg) loads each tile by TMA (five 128-column fp8 boxes per page run, 128-byte swizzle) into a ring of
-`num_kv_stages` slots. Per tile a math warpgroup computes S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A,
-Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and lo = e4m3(16 (c q - hi)), c = 400 / max|q| per
-row), the softmax over keys per query row (the tile maximum through shared memory), P^T as hi and lo e4m3
-halves of one tile's 128-byte rows (hi = e4m3(s p) in bytes 0-63, lo = e4m3(s p - hi) in 64-127, s = 256 or, where
-the running maximum lags a tile's by up to the rescale slack, 128), and O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the
-same slot by ldmatrix.trans and byte permutes, which order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...):
-P^T is written in that order). The slot is released once the fragments are in registers. At the end warpgroup 1
-hands its O^T, maxima and sums to warpgroup 0 through the (then idle) ring, which merges and writes the rows or
-the split partials. Packed tokens (`packed`): the slot's fifth chunk is the rope's 64 bf16 values and the tile's
-scales land in the slot's row of a scale ring beside the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale block plus a
-bf16 rope product, P^T is written once per scale block (docs/fp8.md). Block scales (`scale_block`): the tokens load
-as per-tensor ones, the TMA thread bulk-copies each page run's rows of the scale tensor into the scale ring (on the same
-full barrier), and QK and P^T run per scale block as for the packed token (the rope columns in e4m3, their own block). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8
-wgmma with keys as M" and the thirty-third session's section, has the measurements and the numerics
-(bench/hilo_e4m3_error.py).
+One CTA per (head block, sequence, split); two math warpgroups take alternate 64-key tiles, one producer warp (scaled
+layouts: of a warpgroup that hands its registers to the math by setmaxnreg) loads each tile by TMA (five 128-column
+fp8 boxes per page run, 128-byte swizzle) into a ring of `num_kv_stages` slots. Per tile a math warpgroup computes
+S^T = K Q^T (wgmma m64n32k32 e4m3: the fp8 tile as A, Q^T as 32 e4m3 rows, each query row twice, hi = e4m3(c q) and
+lo = e4m3(16 (c q - hi)), c = 400 / max|q| per row), the softmax over keys per query row (the tile maximum through
+shared memory), P^T as hi and lo e4m3 halves of one tile's 128-byte rows (hi = e4m3(s p) in bytes 0-63, lo =
+e4m3(s p - hi) in 64-127, s = 256 or, where the running maximum lags a tile's by up to the rescale slack, 128), and
+O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T's A fragments from the same slot by ldmatrix.trans and byte permutes, which
+order each k32 block's keys (2i, 2i+1, 8+2i, 9+2i, ...): P^T is written in that order). The slot is released once the
+fragments are in registers. At the end warpgroup 1 hands its O^T, maxima and sums to warpgroup 0 through the (then
+idle) ring, which merges and writes the rows or the split partials.
+
+Packed tokens (`packed`): the slot's fifth chunk is the rope's 64 bf16 values; the tile's scales land in the slot's
+row of a scale ring beside the chunks (16 bytes a key, copied by the producer lanes); QK runs per 128-column scale
+block plus a bf16 rope product, P^T is written once per scale block (docs/fp8.md). Block scales (`scale_block`): the
+tokens load as per-tensor ones, the TMA thread bulk-copies each page run's rows of the scale tensor into the scale
+ring (on the same full barrier), and QK and P^T run per scale block as for the packed token (the rope columns in
+e4m3, their own block). bench/RESULTS.md, "fp8 MLA at 16 heads by fp8 wgmma with keys as M" and the thirty-third to
+thirty-fifth sessions' sections, has the measurements and the numerics (bench/hilo_e4m3_error.py).
 """
 from __future__ import annotations
 

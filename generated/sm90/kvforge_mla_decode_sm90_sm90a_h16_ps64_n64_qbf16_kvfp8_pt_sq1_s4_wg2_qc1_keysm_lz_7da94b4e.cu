@@ -111,7 +111,7 @@ static_assert(kRunTxBytes == kChunks * kBoxBytes + (kBlockScales ? kBoxRows * kS
 static_assert(kQKSteps * 32 + kRopeSteps * 16 == kDqk && kLatentChunks * 128 >= kQKSteps * 32 && kDvBlocks * 64 == kDv &&
               kQtChunkBytes == 32 * 128, "steps");
 static_assert(kScaled ? (kQKAccs >= 2 && kQKAccs <= 4 && kQKScales >= kQKAccs) : kQKAccs == 1,
-              "the scale blocks' accumulators in flight (wgmma_wait_at_most takes 0..3 pending groups)");
+              "the scale blocks' accumulators in flight (wg::wgmma_wait_at_most takes 0..3 pending groups)");
 static_assert(kPLoBytes == 64 && kBN == 64, "P^T: a row's 64 hi bytes, then its 64 lo bytes (k32 steps 0-1, 2-3)");
 static_assert(!kPacked || (kQKScales == 4 && kDv == 512 && kRopeSteps == 4 && kChunks == 5 && kPTiles == 4 &&
                            kScaleRowBytes == 16 && !kBlockScales),
@@ -335,15 +335,6 @@ __device__ __forceinline__ void store_p_words(unsigned char* tile, int off0, int
   const int lo = odd ? kPLoBytes : 0;
   *reinterpret_cast<u32*>(tile + (off0 ^ lo)) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
   *reinterpret_cast<u32*>(tile + (off1 ^ lo)) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
-}
-// wgmma.wait_group with a count the unrolled loops make constant (0..3)
-__device__ __forceinline__ void wgmma_wait_at_most(int pending) {
-  switch (pending) {
-    case 0: wg::wgmma_wait<0>(); break;
-    case 1: wg::wgmma_wait<1>(); break;
-    case 2: wg::wgmma_wait<2>(); break;
-    default: wg::wgmma_wait<3>(); break;
-  }
 }
 // Reductions over the lanes holding one column of the accumulator (lane % 4 fixed: xor 4, 8, 16).
 __device__ __forceinline__ float col_max(float x) {
@@ -600,7 +591,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
       for (int k = 0; k < kQKAccs - 1; ++k) {
         const int blk = kQKScales - (kQKAccs - 1) + k;
-        wgmma_wait_at_most(kQKAccs - 2 - k + (kPacked ? 1 : 0));
+        wg::wgmma_wait_at_most(kQKAccs - 2 - k + (kPacked ? 1 : 0));
         wg::fence_operands(acc[blk % kQKAccs]);
         add_block(acc[blk % kQKAccs], blk);
       }

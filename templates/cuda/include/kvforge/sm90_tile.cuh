@@ -106,6 +106,15 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
+// wgmma.wait_group with a count that unrolled loops make a constant (0..3; a larger count waits as 3 does)
+__device__ __forceinline__ void wgmma_wait_at_most(int pending) {
+  switch (pending) {
+    case 0: wgmma_wait<0>(); break;
+    case 1: wgmma_wait<1>(); break;
+    case 2: wgmma_wait<2>(); break;
+    default: wgmma_wait<3>(); break;
+  }
+}
 // Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
 template <int kN>
 __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
