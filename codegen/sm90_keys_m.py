@@ -230,8 +230,8 @@ class Sm90KeysMTiling:
     @property
     def layout(self) -> SmemLayout:
         """Q^T (hi and lo rows), per math warpgroup its P^T tiles and reduction scratch, the warpgroups' row statistics
-        and Q's row scales, the ring (scaled: and its scale ring), its barriers, room to round the base up to 1024 B; the
-        epilogue's hand-over of warpgroup 1's O^T over the ring (idle by then)."""
+        and Q's row scales, the ring (scaled: and its scale ring), its barriers, room to round the base up to 1024 B;
+        the epilogue's hand-over of warpgroup 1's O^T over the ring (idle by then)."""
         b = SmemLayoutBuilder()
         b.add("qt", self.latent_chunks * self.qt_chunk_bytes, align=1024)
         if self.packed:
