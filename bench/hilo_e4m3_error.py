@@ -5,7 +5,8 @@ pair of e4m3 values, against the exact result on the same cache (relative L2).
     python bench/hilo_e4m3_error.py
 
 e4m3 (OCP e4m3fn): 3 mantissa bits, exponent bias 7, subnormals from 2^-9, max 448, rounded to nearest even.
-q: per row c = 400 / max|q|, hi = e4m3(c q), lo = e4m3(16 (c q - hi)); p (s p first rounded to fp16, as the kernel
+q: per row c = 400 / max|q|, hi = e4m3(c q), lo = e4m3(16 (c q - hi)) (`q_lo_shift` 4, keys_m's; 0: lo = e4m3(c q -
+hi) unscaled, which lets hi and lo accumulate into one wgmma accumulator); p (s p first rounded to fp16, as the kernel
 splits it): hi = e4m3(s p), lo = e4m3(s p - hi),
 s = 256 with p <= 1, or s = 128 with p <= 2^1.5 (the kernel's lazy rescale: the running maximum used for p may lag the
 true one by up to policy.KEYS_M_RESCALE_SLACK_LOG2, 1.5).
@@ -36,8 +37,10 @@ def f16(x):
     return np.sign(x) * np.round(a / ulp) * ulp
 
 
-def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512, p_scale=256.0, lag=0.0) -> float:
-    """Relative L2 error of the output; p = 2^(x - m) with m `lag` (log2 units) below the row maximum."""
+def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512, p_scale=256.0, lag=0.0,
+          q_lo_shift=4) -> float:
+    """Relative L2 error of the output; p = 2^(x - m) with m `lag` (log2 units) below the row maximum; q's lo part
+    scaled by 2^q_lo_shift before its rounding."""
     q = rng.standard_normal((h, dq)) * q_sd
     kv = e4m3(rng.standard_normal((n, dq)) * 2.0)
     k, v = kv, kv[:, :dv]
@@ -46,7 +49,7 @@ def error(rng, qmode: str, pmode: str, q_sd: float, h=16, n=4096, dq=576, dv=512
     p = np.exp(s - s.max(1, keepdims=True))
     ref = (p @ v) / p.sum(1, keepdims=True)
     c = 400 / np.abs(q).max(1, keepdims=True)
-    qq = {"hilo": hilo(q * c, 4) / c, "single": e4m3(q * c) / c, "exact": q}[qmode]
+    qq = {"hilo": hilo(q * c, q_lo_shift) / c, "single": e4m3(q * c) / c, "exact": q}[qmode]
     s2 = (qq @ k.T) * scale
     p2 = np.exp(s2 - s2.max(1, keepdims=True) + lag * np.log(2))
     pq = {"hilo": hilo(f16(p2 * p_scale), 0) / p_scale, "single": e4m3(p2 * p_scale) / p_scale, "exact": p2}[pmode]
@@ -101,6 +104,10 @@ def main() -> None:
         f"sd {sd:g}: {error_packed(rng, sd):.2e}" for sd in (0.25, 1.0, 2.0)))
     print("q hilo   p hilo, p scale 128, max lagging by 1.5: " + ", ".join(
         f"|q| sd {sd:g}: {error(rng, 'hilo', 'hilo', sd, p_scale=128.0, lag=1.5):.2e}" for sd in (1.0, 4.0)))
+    print("q hilo with lo unscaled (one accumulator), p hilo, 64 rows: " + ", ".join(
+        f"|q| sd {sd:g}: {error(rng, 'hilo', 'hilo', sd, h=64, q_lo_shift=0):.2e}" for sd in (1.0, 4.0, 16.0)))
+    print("q hilo (lo x 16),                           p hilo, 64 rows: " + ", ".join(
+        f"|q| sd {sd:g}: {error(rng, 'hilo', 'hilo', sd, h=64):.2e}" for sd in (1.0, 4.0, 16.0)))
 
 
 if __name__ == "__main__":

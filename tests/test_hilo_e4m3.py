@@ -37,6 +37,9 @@ def test_hilo_pairs_carry_q_and_p_within_the_bar_and_single_e4m3_does_not():
     # the lazy rescale's P: scale 128, p up to 2^1.5 (the running maximum lagging by the slack)
     assert m.error(rng, "hilo", "hilo", 1.0, n=512, p_scale=128.0, lag=1.5) < 5e-3
     assert m.error(rng, "single", "exact", 1.0, n=512) > 1e-2
+    # q's lo part unscaled (hi and lo into one accumulator): as close as keys_m's lo x 16, wide and narrow queries
+    for sd in (1.0, 16.0):
+        assert m.error(rng, "hilo", "hilo", sd, n=512, q_lo_shift=0) < 5e-3, sd
 
 
 def test_packed_token_numerics_stay_within_the_bar_for_spread_scales():
