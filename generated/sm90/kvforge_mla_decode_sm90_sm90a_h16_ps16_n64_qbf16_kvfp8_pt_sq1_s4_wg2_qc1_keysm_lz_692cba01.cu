@@ -4,13 +4,14 @@
 // query rows per CTA, fp8 wgmma with the tile's keys as M; the cache is never converted (codegen/sm90_keys_m.py).
 //
 //   kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_692cba01  main kernel: each CTA derives its key chunk from cache_seqlens (the split plan)
-//       and checks the block-table entries that chunk reaches. The last warp (scaled layouts: warpgroup, its registers to the math by setmaxnreg) is the producer: one thread walks
-//       the block table and loads each 64-key fp8 tile (packed: every lane also copies two keys' scales; block scales: the
-//       TMA thread bulk-copies them) (5 128-column boxes per page
-//       run) by TMA into the mbarrier ring. Math warpgroups 0 and 1 take alternate tiles: S^T = K Q^T (wgmma
-//       m64n32k32 e4m3, the tile as A, Q^T as hi and lo e4m3 rows), the softmax over keys per query row, P^T as
-//       hi and lo e4m3 tiles, O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T from the same slot by ldmatrix.trans and
-//       byte permutes); warpgroup 1 hands its rows to warpgroup 0 at the end, which merges and stores them.
+//       and checks the block-table entries that chunk reaches. The last warp (scaled layouts: warpgroup, its
+//       registers to the math by setmaxnreg) is the producer: one thread walks the block table and loads each 64-key
+//       fp8 tile (5 128-column boxes per page run; packed: every lane also copies two keys'
+//       scales; block scales: the TMA thread bulk-copies them) by TMA into the mbarrier ring. Math warpgroups 0 and 1
+//       take alternate tiles: S^T = K Q^T (wgmma m64n32k32 e4m3, the tile as A, Q^T as hi and lo e4m3 rows), the
+//       softmax over keys per query row, P^T as hi and lo e4m3 tiles, O^T += V^T P^T (wgmma m64n16k32 e4m3, V^T
+//       from the same slot by ldmatrix.trans and byte permutes); warpgroup 1 hands its rows to warpgroup 0 at the
+//       end, which merges and stores them.
 //   kvforge_mla_decode_sm90_sm90a_h16_ps16_n64_qbf16_kvfp8_pt_sq1_s4_wg2_qc1_keysm_lz_692cba01_combine  merges the partials of sequences cut into several splits
 #include "kvforge/device_prelude.cuh"
 #include "kvforge/pipeline.cuh"
