@@ -18,6 +18,7 @@
 #include "kvforge/sm80_tile.cuh"  // MmaType<T>: pack and unpack q/out elements
 #include "kvforge/sm90_tile.cuh"
 #include "kvforge/fp8_convert.cuh"
+#include "kvforge/sm90_keys_m.cuh"
 
 namespace {
 using T = __nv_bfloat16;  // q and out
@@ -289,65 +290,10 @@ struct Work {
   int b, split, n_splits, seqlen, key_begin, key_end, num_tiles;
 };
 
-using kvforge::fp8::f32x2_e4m3;
-using kvforge::fp8::e4m3x2_f32;
-using kvforge::fp8::prmt;
-// A float pair's hi/lo e4m3 pairs at `unit` (x ~ hi + lo / unit): hi = e4m3(x), lo = e4m3(unit (x - hi)).
-__device__ __forceinline__ void split_e4m3(float x0, float x1, float unit, unsigned short& hi, unsigned short& lo) {
-  hi = f32x2_e4m3(x0, x1);
-  const float2 h = e4m3x2_f32(hi);
-  lo = f32x2_e4m3(unit * (x0 - h.x), unit * (x1 - h.y));
-}
-
-// The same split in fp16 (x a pair of fp16 values, as the scaled layouts' P is formed): hi = e4m3(x), lo = e4m3(x -
-// hi), the difference exact in fp16 (x has 11 significant bits, hi 4 of its leading ones).
-__device__ __forceinline__ void split_e4m3_f16(u32 x, unsigned short& hi, unsigned short& lo) {
-  hi = kvforge::fp8::f16x2_e4m3(x);
-  const u32 h = kvforge::fp8::e4m3x2_to_f16x2(hi);
-  const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&h));
-  lo = kvforge::fp8::f16x2_e4m3(*reinterpret_cast<const u32*>(&d));
-}
-
-// The k slot (0..31 of a k32 block) of key kappa (0..31): the order ldmatrix.trans + prmt give V^T's fragments.
-__host__ __device__ constexpr int key_slot(int kappa) {
-  return 16 * (kappa / 16) + (kappa % 16 < 8 ? 4 * (kappa % 16 / 2) + kappa % 2 : 4 * ((kappa % 16 - 8) / 2) + 2 + kappa % 2);
-}
-// store_p_words relies on it: a lane pair's keys g, g + 1 (g even) and g + 8, g + 9 fill key slots 4 (g / 2) .. +3
-__host__ __device__ constexpr bool lane_pairs_fill_words() {
-  for (int h = 0; h < 2; ++h)
-    for (int g = 0; g < 8; g += 2) {
-      const int base = 16 * h + 4 * (g / 2);
-      if (key_slot(16 * h + g) != base || key_slot(16 * h + g + 1) != base + 1 || key_slot(16 * h + g + 8) != base + 2 ||
-          key_slot(16 * h + g + 9) != base + 3)
-        return false;
-    }
-  return true;
-}
-static_assert(lane_pairs_fill_words(), "P^T's key slots: a lane pair's four keys make one 32-bit word");
-// A lane pair's (g even and odd: lanes l, l ^ 4) P^T bytes of two query rows (rows 0, 1) as 32-bit words: the pair's
-// four keys (even's kr 0, odd's kr 0, even's kr 1, odd's kr 1) sit in four consecutive key slots (key_slot). After one
-// exchange the even lane stores both rows' hi words in `tile`, the odd lane both rows' lo words kPLoBytes on in the same
-// rows (in a 128-byte swizzled row, column c + 64 is at c's address xor 64).
-__device__ __forceinline__ void store_p_words(unsigned char* tile, int off0, int off1, int odd, unsigned short hv0,
-                                              unsigned short hv1, unsigned short lv0, unsigned short lv1) {
-  const u32 hv2 = hv0 | (static_cast<u32>(hv1) << 16), lv2 = lv0 | (static_cast<u32>(lv1) << 16);
-  const u32 recv = __shfl_xor_sync(0xffffffffu, odd ? hv2 : lv2, 4);
-  const u32 a = odd ? recv : hv2, b = odd ? lv2 : recv;  // the even lane's bytes, the odd lane's
-  const int lo = odd ? kPLoBytes : 0;
-  *reinterpret_cast<u32*>(tile + (off0 ^ lo)) = prmt(a, b, 0x5140);  // row 0: bytes a0 b0 a1 b1
-  *reinterpret_cast<u32*>(tile + (off1 ^ lo)) = prmt(a, b, 0x7362);  // row 1: bytes a2 b2 a3 b3
-}
-// Reductions over the lanes holding one column of the accumulator (lane % 4 fixed: xor 4, 8, 16).
-__device__ __forceinline__ float col_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
-}
-__device__ __forceinline__ float col_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 4);
-  x += __shfl_xor_sync(0xffffffffu, x, 8);
-  return x + __shfl_xor_sync(0xffffffffu, x, 16);
-}
+using kvforge::keys_m::col_max;  // kvforge/sm90_keys_m.cuh: keys_m's device pieces
+using kvforge::keys_m::col_sum;
+using kvforge::keys_m::split_e4m3;
+using kvforge::keys_m::split_e4m3_f16;
 
 // ---- producer: one thread walks the block table and loads each fp8 tile by TMA --------------------
 // A tile of keys [j0, j0 + kBN) spans kBoxesPerTile page runs; those past key_end are not loaded (their pages may
@@ -497,8 +443,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
 #pragma unroll
     for (int e = 0; e < 2; ++e) poff[j][e] = wg::swizzle128<kPTileBytes, 1>(8 * j + 2 * i + e, 16 * wp + 4 * (g / 2));
   u32 lds_off[2];
-#pragma unroll
-  for (int par = 0; par < 2; ++par) lds_off[par] = lane * 128 + (((4 * par + wp) ^ (lane % 8)) * 16);
+  kvforge::keys_m::vt_row_offsets(lds_off, lane, wp);
 
   float o[kDvBlocks][8];
 #pragma unroll
@@ -707,8 +652,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
       }
 #pragma unroll
       for (int blk = 0; blk < kPVSlots; ++blk)
-        store_p_words(p_smem + kPTileBytes * blk, poff[j][0], poff[j][1], g & 1, hv[0][blk], hv[1][blk],
-                      lv[0][blk], lv[1][blk]);
+        kvforge::keys_m::store_p_words<kPLoBytes>(p_smem + kPTileBytes * blk, poff[j][0], poff[j][1], g & 1,
+                                                  hv[0][blk], hv[1][blk], lv[0][blk], lv[1][blk]);
     }
     if (!kLazyRescale ||
         __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f || alpha[1][0] != 1.f || alpha[1][1] != 1.f)) {
@@ -718,35 +663,8 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         for (int k = 0; k < 8; ++k) o[d][k] *= alpha[k / 4][k % 2];
     }
     // ---- V^T's fragments from the slot (keys in key_slot order; keys past key_end zeroed), then it is free ----
-    // every ldmatrix first (16 in flight: one load latency, not sixteen), then the mask of a short tile in one
-    // branch, then the permutes in place
     u32 a[kDvBlocks][2][4];
-#pragma unroll
-    for (int d = 0; d < kDvBlocks; ++d)
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb)
-        wg::ldmatrix_x4_trans(st_addr + (d / 2) * kChunkBytes + kb * 32 * 128 + lds_off[d % 2], a[d][kb]);
-    if (valid < kBN) {
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb)
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          const int k0 = kb * 32 + 8 * jj + 2 * i;  // R[jj]: keys k0 (low half), k0 + 1 (high half)
-          const u32 mask = (k0 < valid ? 0x0000ffffu : 0u) | (k0 + 1 < valid ? 0xffff0000u : 0u);
-#pragma unroll
-          for (int d = 0; d < kDvBlocks; ++d) a[d][kb][jj] &= mask;
-        }
-    }
-#pragma unroll
-    for (int d = 0; d < kDvBlocks; ++d)
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb) {
-        const u32 r0 = a[d][kb][0], r1 = a[d][kb][1], r2 = a[d][kb][2], r3 = a[d][kb][3];
-        a[d][kb][0] = prmt(r0, r1, 0x6420);
-        a[d][kb][1] = prmt(r0, r1, 0x7531);
-        a[d][kb][2] = prmt(r2, r3, 0x6420);
-        a[d][kb][3] = prmt(r2, r3, 0x7531);
-      }
+    kvforge::keys_m::vt_fragments<kDvBlocks, kChunkBytes>(a, st_addr, lds_off, valid, i);
     // block scales: every thread releases its own reads (the slot's next bulk copy of scales is ordered after each
     // lane's arrive; compute-sanitizer's racecheck does not follow one lane's arrive after __syncwarp to a bulk copy)
     __syncwarp();
