@@ -645,6 +645,11 @@ def _select_decode_config(family: str, arch: str, dtype: str, page_size: int, he
     explicit = {**({"fp8_convert": fp8_convert} if fp8_convert and kv else {}),
                 **({"kv_load": kv_load} if kv_load else {})} or None
     cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, explicit, kv)
+    # MLA where no CTA of hpc heads fits the arch (sm_86 and sm_89: 99 KB of shared memory hold the rings of 16 query
+    # rows, not 32): fewer heads per CTA, down to one 16-row mma tile; each head block reads the cache
+    while cfg is None and family == "mla_decode" and hpc > 1 and hpc * s_q > 16:
+        hpc //= 2
+        cfg, last_err, _ = _sm80_search(family, arch, dtype, page_size, hpc, dims, s_q, explicit, kv)
     if cfg is None:
         kv_text = f", an fp8 cache ({scale_mode})" if kv else ""
         raise ConfigError(f"no sm80 variant fits {family} with heads={heads}, head_dim={head_dim}, s_q={s_q}, "

@@ -582,3 +582,22 @@ def test_the_sm80_kernels_fields_pin_its_backend():
     with pytest.raises(ConfigError, match=r"fp8_convert='ring'.*backend='sm90' takes neither"):
         select_decode_config("gqa_decode", "sm_90", "bf16", 32, fp8_convert="ring", backend="sm90", **kw)
 
+
+
+@pytest.mark.parametrize("arch,fmt", [("sm_86", ("none", None)), ("sm_89", ("none", None)),
+                                      ("sm_89", ("per_tensor", None)), ("sm_89", ("block", 64)),
+                                      ("sm_89", ("fp8_ds_mla", None))])
+def test_mla_past_16_rows_on_99_kb_arches_takes_several_16_row_head_blocks(arch, fmt):
+    """sm_86 and sm_89 (99 KB of shared memory) hold the sm80 MLA kernel's rings for 16 query rows, not 32: there
+    every head count and s_q still has a config (before the thirty-seventh session 32+ rows raised 'no sm80 variant
+    fits'), with 16 rows per CTA and the heads over several head blocks; on sm_90 the choice is unchanged."""
+    for heads in (1, 8, 16, 32, 64, 128):
+        for s_q in (1, 2, 4, 8):
+            cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=heads, head_dim=576, s_q=s_q,
+                                       scale_mode=fmt[0], scale_block_size=fmt[1])
+            assert cfg.backend == "sm80" and cfg.heads_per_cta * cfg.max_s_q <= 16
+            assert cfg.head_blocks(heads, 1) == -(-heads // cfg.heads_per_cta)
+            if heads * s_q <= 16:  # one head block where 16 rows hold the call
+                assert cfg.head_blocks(heads, 1) == 1
+    big = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=32, head_dim=576, s_q=1, backend="sm80")
+    assert big.heads_per_cta == 32  # 227 KB: one 32-row CTA, as before
