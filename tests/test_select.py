@@ -601,3 +601,15 @@ def test_mla_past_16_rows_on_99_kb_arches_takes_several_16_row_head_blocks(arch,
                 assert cfg.head_blocks(heads, 1) == 1
     big = select_decode_config("mla_decode", "sm_90", "bf16", 64, heads=32, head_dim=576, s_q=1, backend="sm80")
     assert big.heads_per_cta == 32  # 227 KB: one 32-row CTA, as before
+
+
+def test_gqa_d256_past_the_99_kb_arches_rows_is_refused_by_name():
+    """GQA packs a KV head's whole query group into one CTA: at D = 256 with 64 query rows (group x s_q) the sm80
+    kernel's accumulators and ring fit no sm_86/sm_89 CTA (README says so); the refusal names the shape and arch."""
+    for arch in ("sm_86", "sm_89"):
+        assert select_decode_config("gqa_decode", arch, "bf16", 16, heads=4, head_dim=256, s_q=8)  # 32 rows fit
+        with pytest.raises(ConfigError, match=rf"no sm80 variant fits gqa_decode with heads=8, head_dim=256, "
+                                              rf"s_q=8.*{arch}"):
+            select_decode_config("gqa_decode", arch, "bf16", 16, heads=8, head_dim=256, s_q=8)
+    assert select_decode_config("gqa_decode", "sm_89", "bf16", 16, heads=8, head_dim=256, s_q=8,
+                                scale_mode="per_tensor")  # 64 rows of fp8 fit sm_89
