@@ -3,13 +3,14 @@ the base commit, its codegen/runtime/templates reachable as the package `kvforge
 (bench/child_ab.py: the runtime caches plans per config, and both trees share config names), rounds alternating
 which goes first. Times the built-in call (as bench.py makes it: with the max_seq_len hint) by CUDA-graph replays.
 
-    python bench/tree_ab.py --base /path/to/base/checkout [--rounds 3] [--shapes quick|short|all|fp8|fp8_16|fp8_ds_mla_16|fp8_block_16|fp8_block64_16|gqa|gqa_rows]
+    python bench/tree_ab.py --base /path/to/base/checkout [--rounds 3] [--shapes quick|short|all|fp8|fp8_16|fp8_ds_mla_16|fp8_block_16|fp8_block64_16|gqa|gqa_rows|mla_few_heads]
 
 quick: bench.py's MLA shapes; short: bench.SHORT_SHAPES, launches of few tiles per CTA (where a launch's fixed cost
 weighs: bench/overhead_fit.py, bench/phase_trace.py); all: both; fp8: three MLA shapes on per-tensor e4m3 caches; fp8_16: five
 MLA shapes of 16 query rows on per-tensor e4m3 caches (schedule 'keys_m' on sm_90); fp8_ds_mla_16: four of them
 on DeepSeek's packed 656-byte token (schedule 'keys_m'); fp8_block_16 / fp8_block64_16: three on 128- / 64-column block scales;
-gqa: bench.py's GQA shapes; gqa_rows: GQA with 32-128 query rows per KV head (causal s_q up to 8: the sm90 GQA kernel).
+gqa: bench.py's GQA shapes; mla_few_heads: 16-bit MLA of 16 query rows or fewer at s_q 1-8 (the sm80
+kernel's CTA size); gqa_rows: GQA with 32-128 query rows per KV head (causal s_q up to 8: the sm90 GQA kernel).
 Prints the median per tree and base / this (> 1: this tree is faster).
 """
 import argparse
@@ -32,6 +33,8 @@ SHAPES = {
                     "(128, 4096, 8, 2))]",
     "fp8_block64_16": "[Shape('mla_decode', b, s_k, h, s_q=s_q) for b, s_k, h, s_q in ((128, 4096, 16, 1), (64, 8192, 16, 1), "
                       "(128, 4096, 8, 2))]",
+    "mla_few_heads": "[Shape('mla_decode', b, s_k, h, s_q=s_q) for b, s_k, h, s_q in ((128, 4096, 16, 1), (128, 4096, 8, 2), "
+                     "(128, 4096, 4, 4), (128, 4096, 2, 8), (32, 8192, 4, 4))]",
     "gqa_rows": "[Shape('gqa_decode', b, s_k, hq, hkv, d, s_q=s_q, page=p) for b, s_k, hq, hkv, d, s_q, p in "
                 "((64, 8192, 32, 8, 128, 8, 16), (64, 4096, 64, 4, 128, 4, 64), (64, 4096, 64, 4, 128, 8, 64), "
                 "(32, 8192, 64, 8, 64, 8, 16))]",
