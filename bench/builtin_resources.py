@@ -1,6 +1,6 @@
 """Registers, spills and stack of every variant the built-in choice picks on a shape grid (no GPU: NVRTC only).
 
-    python bench/builtin_resources.py [--arch sm_90] [--jobs 2] [--all] [--json out.json]
+    python bench/builtin_resources.py [--arch sm_90] [--dtype bf16] [--jobs 2] [--all] [--json out.json]
 
 tests/test_sass.py checks the default matrix's builds for local memory; the built-in choice (`codegen/select.py`)
 reaches many more variants (every family x page size x s_q 1..8 x heads x head dim x KV format x split count the
@@ -51,6 +51,7 @@ def builtin_choices(arch: str, dtype: str = "bf16") -> dict[str, tuple[object, l
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="q (and 16-bit caches) dtype")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--all", action="store_true", help="list every variant, not only those with local memory")
     ap.add_argument("--json", help="write {variant: {registers, spill_store_bytes, stack_frame_bytes, shapes}} here")
@@ -60,7 +61,7 @@ def main() -> int:
     from kvforge.codegen.variant import Variant
     from kvforge.runtime import compile
 
-    choices = builtin_choices(args.arch)
+    choices = builtin_choices(args.arch, args.dtype)
 
     def one(item):
         name, (cfg, shapes) = item
@@ -71,7 +72,7 @@ def main() -> int:
     with ThreadPoolExecutor(args.jobs) as ex:
         results = dict(ex.map(one, sorted(choices.items())))
     local = {n: r for n, r in results.items() if r["spill_store_bytes"] or r["stack_frame_bytes"]}
-    print(f"{len(results)} built-in variants on {args.arch}; {len(local)} with spills or a stack frame")
+    print(f"{len(results)} built-in {args.dtype} variants on {args.arch}; {len(local)} with spills or a stack frame")
     for name, r in sorted(results.items() if args.all else local.items(),
                           key=lambda kv: (-kv[1]["spill_store_bytes"], kv[0])):
         print(f"{name}: {r['registers']} registers, {r['spill_store_bytes']} B spilled, "
