@@ -18,10 +18,13 @@ MAX_CONSUMER_WARPS = 8
 
 
 def _mla_heads_per_cta(num_heads: int, s_q: int) -> int:
-    """Up to 64 query rows per CTA (64 x 512 fp32 accumulators over 8 warps)."""
+    """Up to 64 query rows per CTA (64 x 512 fp32 accumulators over 8 warps), as few as hold the call's heads: halved
+    while the CTA's rows (heads x s_q) exceed one 16-row mma tile and half the heads still hold `num_heads`. (Until
+    the thirty-seventh session the floor was 16 heads, not 16 rows: 4 heads at s_q = 4 ran 64-row CTAs, 48 rows
+    idle; `bench/builtin_resources.py` lists the choices.)"""
     hpc = max(1, 64 // s_q)
     hpc = 1 << (hpc.bit_length() - 1)  # a power of two
-    while hpc > 16 and hpc // 2 >= num_heads:
+    while hpc * s_q > 16 and hpc // 2 >= num_heads:
         hpc //= 2
     return hpc
 

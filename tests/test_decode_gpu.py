@@ -84,6 +84,22 @@ def test_mla_multi_query_with_the_causal_rule(s_q, causal):
     _check("mla_decode", case, out, lse, causal=causal)
 
 
+@pytest.mark.parametrize("heads,s_q", [(1, 2), (8, 2), (3, 4), (4, 4), (2, 8)])
+def test_mla_few_heads_multi_query_in_16_row_ctas(heads, s_q):
+    """16-bit MLA of 16 query rows or fewer at s_q > 1 (the built-in choice: the sm80 kernel on every arch): CTAs of
+    16 rows, not 32 or 64 (the sm80 choice once stopped halving at 16 heads), causal, ragged, NaN-poisoned outputs."""
+    from kvforge.runtime.device import device_arch
+    from kvforge.runtime.select import select_decode_config
+
+    cfg = select_decode_config("mla_decode", device_arch(0), "bf16", 64, heads=heads, head_dim=576, s_q=s_q)
+    assert cfg.backend == "sm80" and cfg.heads_per_cta * cfg.max_s_q == 16
+    case = make_case("mla_decode", batch=4, s_q=s_q, hq=heads, hkv=1, d=576, page_size=64,
+                     lens=[s_q, 1000, 65, 4 * 64 + 3], seed=heads * 10 + s_q)
+    out, lse = _poisoned(case, "mla_decode")
+    _run("mla_decode", case, causal=True, out=out, lse=lse)
+    _check("mla_decode", case, out, lse, causal=True)
+
+
 def test_mla_long_single_sequence_takes_the_split_path():
     from kvforge.runtime import decode
 

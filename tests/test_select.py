@@ -252,11 +252,13 @@ def test_mla_on_the_sm80_kernel_loads_rows_by_bulk_copy_on_sm_90(page_size, head
 
 
 @pytest.mark.parametrize("page_size,heads,s_q,tile", [
-    (64, 16, 1, (32, 3, 4, 4)), (16, 1, 1, (32, 3, 4, 4)), (128, 8, 2, (32, 4, 4, 8)), (32, 2, 8, (32, 4, 4, 8))])
+    (64, 16, 1, (32, 3, 4, 4)), (16, 1, 1, (32, 3, 4, 4)), (128, 8, 2, (32, 3, 4, 4)), (32, 2, 8, (32, 3, 4, 4)),
+    (64, 4, 4, (32, 3, 4, 4)), (128, 16, 2, (32, 4, 4, 8))])
 def test_16_bit_mla_of_one_row_group_takes_the_measured_bulk_tile(page_size, heads, s_q, tile):
     """bench/mla16_ab.py (H200, twelfth session): 16-bit MLA at 16 query rows per CTA on sm_90 runs
     32-key tiles in 3 stages (1.03-1.05x over the deepest ring that fits); CTAs of two row groups
-    (unmeasured) keep the deepest ring."""
+    (unmeasured) keep the deepest ring. Calls of 16 rows or fewer (8 heads at s_q = 2, 2 at s_q = 8) take 16-row
+    CTAs (before the thirty-seventh session: 16 heads per CTA at least, 32 and 64 rows)."""
     from kvforge.codegen.select import MLA_BULK_TILE
 
     assert MLA_BULK_TILE == (32, 3, 4, 4)
@@ -613,3 +615,15 @@ def test_gqa_d256_past_the_99_kb_arches_rows_is_refused_by_name():
             select_decode_config("gqa_decode", arch, "bf16", 16, heads=8, head_dim=256, s_q=8)
     assert select_decode_config("gqa_decode", "sm_89", "bf16", 16, heads=8, head_dim=256, s_q=8,
                                 scale_mode="per_tensor")  # 64 rows of fp8 fit sm_89
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100a"])
+@pytest.mark.parametrize("heads,s_q", [(1, 1), (16, 1), (1, 2), (8, 2), (1, 4), (3, 4), (4, 4), (1, 8), (2, 8),
+                                       (16, 2), (5, 4), (32, 1), (20, 2), (128, 8)])
+def test_mla_ctas_hold_as_few_rows_as_the_heads_need(arch, heads, s_q):
+    """The sm80 MLA kernel's CTA (heads_per_cta x s_q rows) is the smallest power-of-two head count, down to one
+    16-row mma tile, that holds the call's heads (up to 64 rows): no CTA of 4 heads at s_q = 4 computes 64 rows."""
+    cfg = select_decode_config("mla_decode", arch, "bf16", 64, heads=heads, head_dim=576, s_q=s_q, backend="sm80")
+    rows = cfg.heads_per_cta * cfg.max_s_q
+    assert rows <= 64 and (rows <= 16 or cfg.heads_per_cta // 2 < heads)
+    assert cfg.heads_per_cta >= min(heads, 64 // s_q)  # one head block where 64 rows hold the heads

@@ -419,6 +419,7 @@ struct ConsumerState {
   float l[2];       // this thread's share of the row sums
   // C: the largest V scale seen so far in each scale block of this warp's columns (prescaled P: of every block)
   float v_max[kVNormSlots];
+  float v_inv[kVNormSlots];  // 1 / C (0 while C is), changed only with C: no division per tile
 };
 
 // One k16 step of S[16 x keys] += Q[rows, k0..k0+15] K[keys, k0..k0+15]^T.
@@ -622,8 +623,9 @@ __device__ __forceinline__ void pv_tile_e4m3(float (&o)[kColsPerWarp / 8][4], Co
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[b * kVBlockTiles + i][e] *= f;
       st.v_max[b] = c;
+      st.v_inv[b] = 1.f / c;
     }
-    v_mul[b] = st.v_max[b] > 0.f ? 1.f / st.v_max[b] : 0.f;
+    v_mul[b] = st.v_inv[b];
   }
 #pragma unroll
   for (int k0 = 0; k0 < kBN; k0 += 16) {
@@ -764,7 +766,7 @@ __device__ __forceinline__ void consumer_loop(const Ring& ring, unsigned char* s
     st.l[i] = 0.f;
   }
 #pragma unroll
-  for (int b = 0; b < kVNormSlots; ++b) st.v_max[b] = 0.f;
+  for (int b = 0; b < kVNormSlots; ++b) st.v_max[b] = st.v_inv[b] = 0.f;
   // Depth-split QK: this warp's Q fragments (rows rg*16.., depth slice cg) stay in registers.
   FragA qf[kQKDepthSplit ? kQSteps : 1];
   if constexpr (kQKDepthSplit) {

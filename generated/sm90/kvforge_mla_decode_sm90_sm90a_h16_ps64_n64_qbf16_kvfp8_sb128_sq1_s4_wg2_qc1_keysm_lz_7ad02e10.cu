@@ -460,9 +460,9 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     }
   // scaled: per value scale block the warpgroup's running maximum of the scales it has seen (R); P^T of block b
   // holds p s_b / R_b, so O^T's rows of block b hold O / R_b until the epilogue multiplies them back
-  float rmax[kPVSlots];
+  float rmax[kPVSlots], inv_rmax[kPVSlots];  // inv_rmax: 1 / rmax (0 while rmax is), changed only with it
 #pragma unroll
-  for (int b = 0; b < kPVSlots; ++b) rmax[b] = 0.f;
+  for (int b = 0; b < kPVSlots; ++b) rmax[b] = inv_rmax[b] = 0.f;
   const u64 qt_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQt), 16, 1024);
   const u64 qr_desc = wg::desc_sw128(kvforge::smem_u32(smem + kOffQRope), 16, 1024);  // packed: the rope's c q
   unsigned char* const p_smem = smem + kOffP + mg * kPTiles * kPTileBytes;
@@ -592,7 +592,7 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
     if constexpr (kScaled) {
 #pragma unroll
       for (int blk = 0; blk < kPVScales; ++blk) {
-        const float smax = col_max(fmaxf(sc[0][blk], sc[1][blk]));
+        const float smax = kvforge::keys_m::warp_max_nonneg(fmaxf(sc[0][blk], sc[1][blk]));  // scales: >= 0
         if (lane == 0) rb[64 + 4 * blk + wp] = smax;
       }
     }
@@ -608,12 +608,13 @@ __device__ void math_loop(const Ring& ring, unsigned char* smem, const T* q, con
         if (tm > rmax[blk]) {  // the same values in every thread of the warpgroup: a uniform branch
           const float f = rmax[blk] / tm;
           rmax[blk] = tm;
+          inv_rmax[blk] = 1.f / tm;
 #pragma unroll
           for (int vb = 0; vb < kVBlocksPerScale; ++vb)
 #pragma unroll
             for (int k = 0; k < 8; ++k) o[kVBlocksPerScale * blk + vb][k] *= f;
         }
-        const float inv_r = rmax[blk] > 0.f ? 1.f / rmax[blk] : 0.f;
+        const float inv_r = inv_rmax[blk];  // no division per tile (an IEEE one is a MUFU, 4 FFMA and a slow path)
         ratio[blk] = __floats2half2_rn(sc[0][blk] * inv_r, sc[1][blk] * inv_r);
       }
     }

@@ -76,6 +76,13 @@ __device__ __forceinline__ float col_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 16);
 }
 
+// The warp's maximum of x clamped at 0, in one redux.sync: non-negative floats order as their bit patterns (negative
+// values count as 0, as a maximum with 0 would take them; a NaN in one lane only is dropped by the caller's fmaxf).
+__device__ __forceinline__ float warp_max_nonneg(float x) {
+  const unsigned u = static_cast<unsigned>(max(static_cast<int>(__float_as_uint(x)), 0));
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, u));
+}
+
 // This lane's ldmatrix row in a 128-byte-swizzled fp8 slot chunk (key 32 kb + lane, 16 bytes of dims 64 par + 16 wp
 // of the chunk: 16-byte unit 4 par + wp, swizzled by the row's phase lane % 8), for both 64-dim halves par.
 __device__ __forceinline__ void vt_row_offsets(u32 (&off)[2], int lane, int wp) {
