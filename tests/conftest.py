@@ -3,12 +3,35 @@ starting with Python's cyclic garbage collected."""
 from __future__ import annotations
 
 import gc
+import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
 from kvforge.runtime.device import cuda_device_count
 
 HAS_GPU = cuda_device_count() > 0
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_tool(name: str):
+    """bench/<name>.py as a module, with bench/ on sys.path while it loads (the tools import siblings such as
+    child_ab as `python bench/x.py` does)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="session")
+def bench_tool():
+    """The loader of bench/ tools (`bench_tool("tree_ab")`), for tests of the benchmark scripts without a GPU."""
+    return load_bench_tool
 
 
 def pytest_collection_modifyitems(config, items):

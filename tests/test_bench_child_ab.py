@@ -9,17 +9,6 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def _tool(name: str):
-    sys.path.insert(0, str(BENCH))  # the tools import child_ab as a sibling module, as `python bench/x.py` does
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
-
-
 def _names(tree: ast.AST) -> tuple[set, set]:
     """(names bound by imports, assignments and definitions, names loaded) in a program."""
     bound, loaded = set(), set()
@@ -35,13 +24,13 @@ def _names(tree: ast.AST) -> tuple[set, set]:
     return bound, loaded
 
 
-def test_every_child_program_parses_and_binds_what_it_uses():
-    child_ab, tree_ab, guard_ab = _tool("child_ab"), _tool("tree_ab"), _tool("guard_ab")
+def test_every_child_program_parses_and_binds_what_it_uses(bench_tool):
+    child_ab, tree_ab, guard_ab = bench_tool("child_ab"), bench_tool("tree_ab"), bench_tool("guard_ab")
     programs = [child_ab.CHILD.format(bench_dir=str(BENCH), prelude="", shapes=expr, fp8=tree_ab.FP8_LAYOUT.get(which, ""))
                 for which, expr in tree_ab.SHAPES.items()]
     assert {tree_ab.FP8_LAYOUT[w] for w in ("fp8_16", "fp8_ds_mla_16", "fp8_block_16")} == {"per_tensor", "fp8_ds_mla",
                                                                                          "block:128"}
-    stagger_ab = _tool("stagger_ab")
+    stagger_ab = bench_tool("stagger_ab")
     programs += [child_ab.CHILD.format(bench_dir=str(BENCH), prelude=stagger_ab.STAGGER, shapes=expr, fp8=False)
                  for expr in stagger_ab.SHAPES.values()]
     programs.append(child_ab.CHILD.format(bench_dir=str(BENCH), prelude=guard_ab.UNGUARDED, shapes="SHORT_SHAPES",
@@ -54,11 +43,11 @@ def test_every_child_program_parses_and_binds_what_it_uses():
     assert "KVFORGE_UNGUARDED_FOR_MEASUREMENT" in programs[-1]
 
 
-def test_l2_policy_arms_are_valid_child_programs():
+def test_l2_policy_arms_are_valid_child_programs(bench_tool):
     """bench/l2_policy_ab.py: every arm's prelude makes a child program that parses and binds what it uses; the
     promotion arms name real CUtensorMapL2promotion values and re-encode through tensor_map._enums, the evict_first
     arm defines the header's measurement-only macro."""
-    child_ab, tool = _tool("child_ab"), _tool("l2_policy_ab")
+    child_ab, tool = bench_tool("child_ab"), bench_tool("l2_policy_ab")
     known = set(dir(builtins))
     for arm, prelude in tool.ARMS.items():
         code = child_ab.CHILD.format(bench_dir=str(BENCH), prelude=prelude, shapes=tool.SHAPES, fp8=False)
@@ -73,10 +62,10 @@ def test_l2_policy_arms_are_valid_child_programs():
         assert hasattr(driver.CUtensorMapL2promotion, value)
 
 
-def test_l2_policy_unknown_arm_is_a_clear_error(monkeypatch, capsys):
+def test_l2_policy_unknown_arm_is_a_clear_error(bench_tool, monkeypatch, capsys):
     """bench/l2_policy_ab.py --arms with a name it does not know stops before any child runs, naming the arm and
     the choices."""
-    tool = _tool("l2_policy_ab")
+    tool = bench_tool("l2_policy_ab")
     monkeypatch.setattr(sys, "argv", ["l2_policy_ab.py", "--arms", "128B,evict_last"])
     monkeypatch.setattr(tool, "alternate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a child ran")))
     try:
@@ -89,8 +78,8 @@ def test_l2_policy_unknown_arm_is_a_clear_error(monkeypatch, capsys):
     assert "--arms: unknown ['evict_last']" in err and "'128B', 'none', 'evict_first'" in err
 
 
-def test_rounds_alternate_the_arms_and_report_medians(capsys):
-    child_ab = _tool("child_ab")
+def test_rounds_alternate_the_arms_and_report_medians(bench_tool, capsys):
+    child_ab = bench_tool("child_ab")
     order, times = [], {"a": iter([1.0, 3.0, 2.0]), "b": iter([2.0, 2.0, 8.0])}
 
     def arm(name):
@@ -107,10 +96,10 @@ def test_rounds_alternate_the_arms_and_report_medians(capsys):
     assert out[0] == "| shape | base ms | this ms | base / this |" and out[2] == "| shape | 2.0000 | 2.0000 | 1.000 |"
 
 
-def test_pdl_ab_settings_are_valid_child_programs():
+def test_pdl_ab_settings_are_valid_child_programs(bench_tool):
     """bench/pdl_ab.py: every setting's child program parses and binds what it uses; the early-trigger setting runs
     with PDL on and compiles the sm90 kernels with the measurement-only define the template tests for."""
-    tool = _tool("pdl_ab")
+    tool = bench_tool("pdl_ab")
     known = set(dir(builtins))
     for name, (pdl, prelude) in tool.SETTINGS.items():
         code = tool.CHILD.format(bench=str(BENCH), prelude=prelude)
@@ -126,10 +115,10 @@ def test_pdl_ab_settings_are_valid_child_programs():
     assert set(tool.EXTRA) == set(tool.SETTINGS) - {"0", "1"}
 
 
-def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):
+def test_define_ab_times_both_builds_and_prints_the_titles(bench_tool, monkeypatch, capsys):
     """child_ab.define_ab: arm one without a prelude, arm two with the define's, alternating rounds, one table row
     per shape under the given titles with as-shipped / defined."""
-    child_ab = _tool("child_ab")
+    child_ab = bench_tool("child_ab")
     calls = []
 
     def fake(shapes, *, prelude=""):
@@ -143,7 +132,7 @@ def test_define_ab_times_both_builds_and_prints_the_titles(monkeypatch, capsys):
     assert "| shape | as shipped ms | with X ms | as shipped / with X |" in out and "| S | 1.0000 | 2.0000 | 0.500 |" in out
 
 
-def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(monkeypatch, capsys):
+def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(bench_tool, monkeypatch, capsys):
     """bench/read_ceiling.py: --l2-mib measures one copy per slot, so with --row-bytes it stops with a message naming
     both options before it touches a GPU (torch and bench are stand-ins here: nothing past the check may run)."""
     import types
@@ -151,7 +140,7 @@ def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(monkeypatch, capsys):
     if importlib.util.find_spec("torch") is None:
         monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
     monkeypatch.setitem(sys.modules, "bench", types.SimpleNamespace(ceilings=None, median_ms=None))
-    tool = _tool("read_ceiling")
+    tool = bench_tool("read_ceiling")
     monkeypatch.setattr(sys, "argv", ["read_ceiling.py", "--l2-mib", "32", "--row-bytes", "256"])
     try:
         tool.main()

@@ -1,20 +1,9 @@
 """bench/builtin_resources.py without compiling: its grid reaches every backend and kernel the built-in choice has on
 sm_90, and each variant carries the shapes that choose it."""
-import importlib.util
-from pathlib import Path
-
-TOOL = Path(__file__).resolve().parents[1] / "bench" / "builtin_resources.py"
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("builtin_resources", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_grid_reaches_every_kernel_of_the_built_in_choice_on_sm90():
-    choices = _tool().builtin_choices("sm_90")
+def test_the_grid_reaches_every_kernel_of_the_built_in_choice_on_sm90(bench_tool):
+    choices = bench_tool("builtin_resources").builtin_choices("sm_90")
     names = set(choices)
     for part in ("mla_decode_sm90", "mla_decode_sm80", "gqa_decode_sm90", "gqa_decode_sm80", "_keysm_", "_seesaw_",
                  "kvfp8_dsmla", "kvfp8_sb64", "kvbf16"):
@@ -25,6 +14,6 @@ def test_the_grid_reaches_every_kernel_of_the_built_in_choice_on_sm90():
     assert sum(len(s) for _, s in choices.values()) > len(choices)
 
 
-def test_off_sm90_the_choice_is_the_sm80_backend_only():
-    choices = _tool().builtin_choices("sm_89")
+def test_off_sm90_the_choice_is_the_sm80_backend_only(bench_tool):
+    choices = bench_tool("builtin_resources").builtin_choices("sm_89")
     assert choices and all("_sm80_sm89_" in n for n in choices)
