@@ -64,28 +64,48 @@ def child_times(shapes: str, *, prelude: str = "", fp8: str = "", pythonpath: Pa
     return dict(json.loads(line[7:]))
 
 
-def alternate(arms: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, dict[str, float]]:
-    """{arm: {label: median ms}} over `rounds` runs of each arm's child, the arms' order reversed every round."""
+def alternate_rounds(arms: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, dict[str, list]]:
+    """{arm: {label: [ms of round 0, 1, ...]}} over `rounds` runs of each arm's child, the arms' order reversed every
+    round (so round r's two runs stand next to each other in time: their ratio is a paired one)."""
     names = list(arms)
     times: dict[str, dict[str, list]] = {n: {} for n in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             for label, ms in arms[name]().items():
                 times[name].setdefault(label, []).append(ms)
+    return times
+
+
+def medians_of(times: dict[str, dict[str, list]]) -> dict[str, dict[str, float]]:
     return {n: {label: statistics.median(v) for label, v in t.items()} for n, t in times.items()}
 
 
-def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_title: str, b_title: str) -> None:
-    """A markdown table of both arms' medians per shape and a / b (> 1: arm b is faster)."""
-    print(f"| shape | {a_title} ms | {b_title} ms | {a_title} / {b_title} |")
-    print("|---|---|---|---|")
+def alternate(arms: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, dict[str, float]]:
+    """{arm: {label: median ms}} over `rounds` runs of each arm's child, the arms' order reversed every round."""
+    return medians_of(alternate_rounds(arms, rounds))
+
+
+def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_title: str, b_title: str,
+                      per_round: dict[str, dict[str, list]] | None = None) -> None:
+    """A markdown table of both arms' medians per shape and a / b (> 1: arm b is faster). With `per_round`
+    (`alternate_rounds`' times, two rounds or more) a last column gives the range of the rounds' own a / b: how far
+    one round wanders (two trees' ratio inside that range of 1.0 is not told apart from the machine's noise; an A/A
+    run, both arms one tree, measures that noise)."""
+    spread = per_round is not None and min(len(v) for t in per_round.values() for v in t.values()) >= 2
+    print(f"| shape | {a_title} ms | {b_title} ms | {a_title} / {b_title} |" + (" per round (min-max) |" if spread else ""))
+    print("|---|---|---|---|" + ("---|" if spread else ""))
     for label, ta in medians[a].items():
         tb = medians[b][label]
-        print(f"| {label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |")
+        row = f"| {label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |"
+        if spread:
+            ratios = [x / y for x, y in zip(per_round[a][label], per_round[b][label])]
+            row += f" {min(ratios):.3f}-{max(ratios):.3f} |"
+        print(row)
 
 
 def define_ab(shapes: str, prelude: str, rounds: int, titles: tuple[str, str]) -> None:
     """The built-in calls on `shapes` as shipped against the same variants built under `prelude` (a `define_prelude`),
     `rounds` alternating rounds, printed as `print_ratio_table` with `titles` (as shipped, with the define)."""
-    medians = alternate({"a": lambda: child_times(shapes), "b": lambda: child_times(shapes, prelude=prelude)}, rounds)
-    print_ratio_table(medians, "a", "b", *titles)
+    times = alternate_rounds({"a": lambda: child_times(shapes), "b": lambda: child_times(shapes, prelude=prelude)},
+                             rounds)
+    print_ratio_table(medians_of(times), "a", "b", *titles, per_round=times)

@@ -11,13 +11,15 @@ MLA shapes of 16 query rows on per-tensor e4m3 caches (schedule 'keys_m' on sm_9
 on DeepSeek's packed 656-byte token (schedule 'keys_m'); fp8_block_16 / fp8_block64_16: three on 128- / 64-column block scales;
 gqa: bench.py's GQA shapes; mla_few_heads: 16-bit MLA of 16 query rows or fewer at s_q 1-8 (the sm80
 kernel's CTA size); gqa_rows: GQA with 32-128 query rows per KV head (causal s_q up to 8: the sm90 GQA kernel).
-Prints the median per tree and base / this (> 1: this tree is faster).
+Prints the median per tree and base / this (> 1: this tree is faster), and with two rounds or more the range of
+the rounds' own base / this: `--base` this very checkout (an A/A) shows how far the machine alone moves it (the
+thirty-eighth session saw an unchanged kernel's 2-round ratio at 0.956).
 """
 import argparse
 import sys
 from pathlib import Path
 
-from child_ab import BENCH_DIR, alternate, child_times, print_ratio_table
+from child_ab import BENCH_DIR, alternate_rounds, child_times, medians_of, print_ratio_table
 
 SHAPES = {
     "quick": "[sh for sh in SHAPES if sh.family == 'mla_decode']",
@@ -57,8 +59,8 @@ def main() -> int:
         return lambda: child_times(SHAPES[args.shapes], prelude=check, fp8=FP8_LAYOUT.get(args.shapes, ""), pythonpath=root,
                                    cwd=root)
 
-    medians = alternate({name: arm(root) for name, root in trees.items()}, args.rounds)
-    print_ratio_table(medians, "base", "this", f"base ({trees['base']})", "this")
+    times = alternate_rounds({name: arm(root) for name, root in trees.items()}, args.rounds)
+    print_ratio_table(medians_of(times), "base", "this", f"base ({trees['base']})", "this", per_round=times)
     return 0
 
 

@@ -96,6 +96,21 @@ def test_rounds_alternate_the_arms_and_report_medians(bench_tool, capsys):
     assert out[0] == "| shape | base ms | this ms | base / this |" and out[2] == "| shape | 2.0000 | 2.0000 | 1.000 |"
 
 
+def test_the_ratio_table_gives_the_rounds_own_ratios_range(bench_tool, capsys):
+    """Each round's two runs are paired: round r's a / b, and the table's last column their range."""
+    child_ab = bench_tool("child_ab")
+    times = {"a": iter([1.0, 3.0, 2.0]), "b": iter([2.0, 2.0, 8.0])}
+    per_round = child_ab.alternate_rounds({n: (lambda n=n: {"shape": next(times[n])}) for n in "ab"}, rounds=3)
+    assert per_round == {"a": {"shape": [1.0, 3.0, 2.0]}, "b": {"shape": [2.0, 2.0, 8.0]}}
+    child_ab.print_ratio_table(child_ab.medians_of(per_round), "a", "b", "base", "this", per_round=per_round)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("| base / this | per round (min-max) |") and out[1].count("|") == 6
+    assert out[2] == "| shape | 2.0000 | 2.0000 | 1.000 | 0.250-1.500 |"
+    one = {"a": {"shape": [1.0]}, "b": {"shape": [2.0]}}  # one round: no range column
+    child_ab.print_ratio_table(child_ab.medians_of(one), "a", "b", "base", "this", per_round=one)
+    assert capsys.readouterr().out.splitlines()[2] == "| shape | 1.0000 | 2.0000 | 0.500 |"
+
+
 def test_pdl_ab_settings_are_valid_child_programs(bench_tool):
     """bench/pdl_ab.py: every setting's child program parses and binds what it uses; the early-trigger setting runs
     with PDL on and compiles the sm90 kernels with the measurement-only define the template tests for."""
