@@ -77,12 +77,8 @@ def alternate_rounds(arms: dict[str, Callable[[], dict[str, float]]], rounds: in
 
 
 def medians_of(times: dict[str, dict[str, list]]) -> dict[str, dict[str, float]]:
+    """{arm: {label: median ms}} of `alternate_rounds`' times."""
     return {n: {label: statistics.median(v) for label, v in t.items()} for n, t in times.items()}
-
-
-def alternate(arms: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, dict[str, float]]:
-    """{arm: {label: median ms}} over `rounds` runs of each arm's child, the arms' order reversed every round."""
-    return medians_of(alternate_rounds(arms, rounds))
 
 
 def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_title: str, b_title: str,
@@ -91,16 +87,26 @@ def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_ti
     (`alternate_rounds`' times, two rounds or more) a last column gives the range of the rounds' own a / b: how far
     one round wanders (two trees' ratio inside that range of 1.0 is not told apart from the machine's noise; an A/A
     run, both arms one tree, measures that noise)."""
-    spread = per_round is not None and min(len(v) for t in per_round.values() for v in t.values()) >= 2
+    spread = per_round is not None and has_rounds(per_round)
     print(f"| shape | {a_title} ms | {b_title} ms | {a_title} / {b_title} |" + (" per round (min-max) |" if spread else ""))
     print("|---|---|---|---|" + ("---|" if spread else ""))
     for label, ta in medians[a].items():
         tb = medians[b][label]
         row = f"| {label} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} |"
         if spread:
-            ratios = [x / y for x, y in zip(per_round[a][label], per_round[b][label])]
-            row += f" {min(ratios):.3f}-{max(ratios):.3f} |"
+            row += f" {round_ratio_range(per_round, a, b, label)} |"
         print(row)
+
+
+def has_rounds(per_round: dict[str, dict[str, list]]) -> bool:
+    """Whether every arm and label has two rounds or more (a range to show)."""
+    return min(len(v) for t in per_round.values() for v in t.values()) >= 2
+
+
+def round_ratio_range(per_round: dict[str, dict[str, list]], a: str, b: str, label: str) -> str:
+    """"min-max" of the rounds' own a / b for one label (each round's two runs paired)."""
+    ratios = [x / y for x, y in zip(per_round[a][label], per_round[b][label])]
+    return f"{min(ratios):.3f}-{max(ratios):.3f}"
 
 
 def define_ab(shapes: str, prelude: str, rounds: int, titles: tuple[str, str]) -> None:

@@ -67,7 +67,7 @@ def test_l2_policy_unknown_arm_is_a_clear_error(bench_tool, monkeypatch, capsys)
     the choices."""
     tool = bench_tool("l2_policy_ab")
     monkeypatch.setattr(sys, "argv", ["l2_policy_ab.py", "--arms", "128B,evict_last"])
-    monkeypatch.setattr(tool, "alternate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a child ran")))
+    monkeypatch.setattr(tool, "alternate_rounds", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a child ran")))
     try:
         tool.main()
     except SystemExit as e:
@@ -88,7 +88,7 @@ def test_rounds_alternate_the_arms_and_report_medians(bench_tool, capsys):
             return {"shape": next(times[name])}
         return run
 
-    medians = child_ab.alternate({"a": arm("a"), "b": arm("b")}, rounds=3)
+    medians = child_ab.medians_of(child_ab.alternate_rounds({"a": arm("a"), "b": arm("b")}, rounds=3))
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert medians == {"a": {"shape": 2.0}, "b": {"shape": 2.0}}
     child_ab.print_ratio_table(medians, "a", "b", "base", "this")
