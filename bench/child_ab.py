@@ -40,11 +40,12 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def define_prelude(macro: str) -> str:
-    """A child prelude that compiles every variant with `#define macro 1` in front of its source (a measurement-only
-    define: the kernel's other arm of an A/B in the same run)."""
+def define_prelude(*macros: str) -> str:
+    """A child prelude that compiles every variant with `#define macro 1` for each of `macros` in front of its source
+    (measurement-only defines: the kernel's other arm of an A/B in the same run)."""
+    defines = "".join(f"#define {m} 1\\n" for m in macros)
     return ('import kvforge.runtime.compiler as C\n_render = C.render_variant\n'
-            f'C.render_variant = lambda v: "#define {macro} 1\\n" + _render(v)')
+            f'C.render_variant = lambda v: "{defines}" + _render(v)')
 
 
 def child_times(shapes: str, *, prelude: str = "", fp8: str = "", pythonpath: Path | None = None,

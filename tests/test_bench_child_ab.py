@@ -130,6 +130,38 @@ def test_pdl_ab_settings_are_valid_child_programs(bench_tool):
     assert set(tool.EXTRA) == set(tool.SETTINGS) - {"0", "1"}
 
 
+def test_fp8_slot_parts_arms_define_what_the_slot_producer_reads(bench_tool, monkeypatch, capsys):
+    """bench/fp8_slot_parts_ab.py: the fp8 arms time per-tensor caches, each switched-off arm's prelude defines the
+    measurement-only macros the slot producer's template tests (both for "neither"), every child program parses and
+    binds what it uses, and the table matches the fp8 children's labels (the layout appended) to the 16-bit ones."""
+    child_ab, tool = bench_tool("child_ab"), bench_tool("fp8_slot_parts_ab")
+    template = (BENCH.parent / "templates/cuda/sm90_producers.j2").read_text()
+    for macro in (tool.NO_CONVERT, tool.NO_LOADS):
+        assert f"#ifdef {macro}" in template
+    arms = tool.ARMS
+    assert "prelude" not in arms["16-bit"] and "fp8" not in arms["16-bit"]
+    assert all(kw["fp8"] == "per_tensor" for name, kw in arms.items() if name != "16-bit")
+    assert tool.NO_CONVERT in arms["fp8 no convert"]["prelude"] and tool.NO_LOADS not in arms["fp8 no convert"]["prelude"]
+    assert tool.NO_LOADS in arms["fp8 no loads"]["prelude"] and tool.NO_CONVERT not in arms["fp8 no loads"]["prelude"]
+    assert tool.NO_LOADS in arms["fp8 neither"]["prelude"] and tool.NO_CONVERT in arms["fp8 neither"]["prelude"]
+    known = set(dir(builtins))
+    for name, kw in arms.items():
+        code = child_ab.CHILD.format(bench_dir=str(BENCH), prelude=kw.get("prelude", ""), shapes=tool.SHAPES,
+                                     fp8=kw.get("fp8", ""))
+        bound, loaded = _names(ast.parse(code))
+        assert loaded - bound - known == set(), (name, loaded - bound - known)
+
+    def fake(shapes, *, prelude="", fp8=""):
+        slow = {"": 1.0, child_ab.define_prelude(tool.NO_CONVERT): 0.5}.get(prelude, 0.25)
+        return {"MLA h=64" + (f" fp8 {fp8}" if fp8 else ""): (1.0 if not fp8 else 2.0 * slow)}
+
+    monkeypatch.setattr(tool, "child_times", fake)
+    monkeypatch.setattr(sys, "argv", ["fp8_slot_parts_ab.py", "--rounds", "1"])
+    assert tool.main() == 0
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| MLA h=64 |"))
+    assert row == "| MLA h=64 | 1.0000 | 2.0000 | 1.0000 | 0.5000 | 0.5000 | 0.500 | 1.000 | 2.000 | 2.000 |"
+
+
 def test_define_ab_times_both_builds_and_prints_the_titles(bench_tool, monkeypatch, capsys):
     """child_ab.define_ab: arm one without a prelude, arm two with the define's, alternating rounds, one table row
     per shape under the given titles with as-shipped / defined."""

@@ -298,9 +298,9 @@ struct Work {
 // Byte offset of 16-bit element (row, col) in a tile of `kQRows`-or-kBN-row swizzled chunks.
 __device__ __forceinline__ int swizzled(int row, int col) { return wg::swizzle128<kChunkBytes>(row, col); }
 
-// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py only; never ship it): the 16-bit TMA producers
-// complete each slot's full barrier with no bytes and issue no loads, so the math runs at its own pace on
-// whatever the slots hold: the kernel's time less its loads' exposed latency.
+// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py, bench/fp8_slot_parts_ab.py only; never ship it): the
+// TMA producers (16-bit, and fp8 in its slot) complete each slot's full (landed) barrier with no bytes and issue no
+// loads, so the math runs at its own pace on whatever the slots hold: the kernel's time less its loads' exposed latency.
 #ifdef KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT
 constexpr bool kLoadKV = false;
 #else
@@ -381,6 +381,13 @@ __device__ __forceinline__ void stagger_start(const R& ring, int sub) {
 // share of the box into registers and the half meets at a named barrier before writing. A
 // quarter-warp takes one 16-byte unit of eight consecutive rows; both layouts swizzle 16-byte units
 // by row % 8, so every read and write of a quarter-warp touches eight distinct bank groups.
+// KVFORGE_NO_FP8_CONVERT_FOR_MEASUREMENT (bench/fp8_slot_parts_ab.py only; never ship it): the slot's fp8 boxes
+// land and the slot is handed on unconverted (the math reads garbage): the kernel's time less its conversion's.
+#ifdef KVFORGE_NO_FP8_CONVERT_FOR_MEASUREMENT
+constexpr bool kConvertInSlot = false;
+#else
+constexpr bool kConvertInSlot = true;
+#endif
 struct SlotSub0 {
   static constexpr int kFirst = 0;     // the sub-stage's first 16-bit chunk
   static constexpr int kNChunks = 4;        // its 16-bit chunks
@@ -438,15 +445,19 @@ __device__ __forceinline__ void producer_sub(const Ring& ring, unsigned char* sm
     if (gt == 0) {
       const TileBoxes tb = tile_boxes(bt_row, w, t);
       pipe.producer_acquire(kSub);
-      kvforge::MBarrier::arrive_expect_tx(bar, static_cast<u32>(tb.count * Sub::kBoxes * kBoxBytes));
-      tma_tile(stage, kv_map, bar, tb, Sub::kBoxChunk, Sub::kBoxes, Sub::kCol0, kFp8BoxCols);
-      prefetch_ahead(kv_map, bt_row, w, t, Sub::kBoxes, Sub::kCol0, kFp8BoxCols);
+      kvforge::MBarrier::arrive_expect_tx(bar, kLoadKV ? static_cast<u32>(tb.count * Sub::kBoxes * kBoxBytes) : 0u);
+      if (kLoadKV) {
+        tma_tile(stage, kv_map, bar, tb, Sub::kBoxChunk, Sub::kBoxes, Sub::kCol0, kFp8BoxCols);
+        prefetch_ahead(kv_map, bt_row, w, t, Sub::kBoxes, Sub::kCol0, kFp8BoxCols);
+      }
     }
     __syncwarp();
     kvforge::MBarrier::wait(bar, pipe.state.phase ^ 1u, "landed", pipe.slot(kSub));
-    convert_box<Sub, 0>(stage, gt, kBarConvert0 + kSub);
-    convert_box<Sub, 1>(stage, gt, kBarConvert0 + kSub);
-    if constexpr (Sub::kBoxes > 2) convert_box<Sub, 2>(stage, gt, kBarConvert0 + kSub);
+    if constexpr (kConvertInSlot) {
+      convert_box<Sub, 0>(stage, gt, kBarConvert0 + kSub);
+      convert_box<Sub, 1>(stage, gt, kBarConvert0 + kSub);
+      if constexpr (Sub::kBoxes > 2) convert_box<Sub, 2>(stage, gt, kBarConvert0 + kSub);
+    }
     wg::fence_proxy_async();  // read by wgmma (async proxy); and before the slot's next TMA fill
     pipe.producer_commit_all(kSub);
     pipe.advance();

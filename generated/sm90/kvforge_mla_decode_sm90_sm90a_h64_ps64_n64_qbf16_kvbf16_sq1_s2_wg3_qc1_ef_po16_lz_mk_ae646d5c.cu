@@ -277,9 +277,9 @@ struct Work {
 // Byte offset of 16-bit element (row, col) in a tile of `kQRows`-or-kBN-row swizzled chunks.
 __device__ __forceinline__ int swizzled(int row, int col) { return wg::swizzle128<kChunkBytes>(row, col); }
 
-// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py only; never ship it): the 16-bit TMA producers
-// complete each slot's full barrier with no bytes and issue no loads, so the math runs at its own pace on
-// whatever the slots hold: the kernel's time less its loads' exposed latency.
+// KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT (bench/loads_off_ab.py, bench/fp8_slot_parts_ab.py only; never ship it): the
+// TMA producers (16-bit, and fp8 in its slot) complete each slot's full (landed) barrier with no bytes and issue no
+// loads, so the math runs at its own pace on whatever the slots hold: the kernel's time less its loads' exposed latency.
 #ifdef KVFORGE_NO_KV_LOADS_FOR_MEASUREMENT
 constexpr bool kLoadKV = false;
 #else
