@@ -99,6 +99,23 @@ def print_ratio_table(medians: dict[str, dict[str, float]], a: str, b: str, a_ti
         print(row)
 
 
+def print_arms_table(medians: dict[str, dict[str, float]], base: str, per_round: dict[str, dict[str, list]] | None = None,
+                     base_title: str | None = None) -> None:
+    """A markdown table of every arm's median per shape, then base / arm for each other arm (> 1: that arm is
+    faster), each with its rounds' own range in parentheses where `per_round` has two rounds or more. Arms in
+    `medians`' order; shapes as the base arm labels them (every arm must use the same labels)."""
+    arms, title = list(medians), base_title or base
+    others = [a for a in arms if a != base]
+    spread = per_round is not None and has_rounds(per_round)
+    print("| shape | " + " | ".join(f"{a} ms" for a in arms) + " | " + " | ".join(f"{title} / {a}" for a in others) + " |")
+    print("|---|" + "---|" * (len(arms) + len(others)))
+    for label, t0 in medians[base].items():
+        print(f"| {label} | " + " | ".join(f"{medians[a][label]:.4f}" for a in arms) + " | "
+              + " | ".join(f"{t0 / medians[a][label]:.3f}"
+                           + (f" ({round_ratio_range(per_round, base, a, label)})" if spread else "")
+                           for a in others) + " |")
+
+
 def has_rounds(per_round: dict[str, dict[str, list]]) -> bool:
     """Whether every arm and label has two rounds or more (a range to show)."""
     return min(len(v) for t in per_round.values() for v in t.values()) >= 2

@@ -13,7 +13,7 @@ near it says the fp8 loads' latency is.
 import argparse
 import sys
 
-from child_ab import alternate_rounds, child_times, define_prelude, medians_of
+from child_ab import alternate_rounds, child_times, define_prelude, medians_of, print_arms_table
 
 SHAPES = "[sh for sh in SHAPES if sh.family == 'mla_decode' and sh.hq * sh.s_q >= 64 and sh.b >= 64]"
 NO_CONVERT = "KVFORGE_NO_FP8_CONVERT_FOR_MEASUREMENT"
@@ -33,16 +33,10 @@ def main() -> int:
     args = ap.parse_args()
     times = alternate_rounds({name: (lambda kw=kw: child_times(SHAPES, **kw)) for name, kw in ARMS.items()},
                              args.rounds)
-    med = medians_of(times)
-    base = med["16-bit"]
-    print("| shape | " + " | ".join(f"{n} ms" for n in ARMS) + " | " +
-          " | ".join(f"16-bit / {n}" for n in list(ARMS)[1:]) + " |")
-    print("|---|" + "---|" * (2 * len(ARMS) - 1))
-    for label, t16 in base.items():
-        # the fp8 children label their shapes with the layout: match on the 16-bit label's prefix
-        row = [t16] + [next(v for k, v in med[n].items() if k == label or k.startswith(label + " ")) for n in list(ARMS)[1:]]
-        print(f"| {label} | " + " | ".join(f"{t:.4f}" for t in row) + " | " +
-              " | ".join(f"{t16 / t:.3f}" for t in row[1:]) + " |")
+    # the fp8 children label their shapes with the layout appended: the 16-bit labels for all arms
+    times = {arm: {label.removesuffix(f" fp8 {kw['fp8']}") if "fp8" in kw else label: v for label, v in times[arm].items()}
+             for arm, kw in ARMS.items()}
+    print_arms_table(medians_of(times), "16-bit", times)
     return 0
 
 

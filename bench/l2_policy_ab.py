@@ -18,7 +18,7 @@ itself; it still measures the unsplit launches and GQA's TMA loads, where no con
 import argparse
 import sys
 
-from child_ab import alternate_rounds, child_times, define_prelude, has_rounds, medians_of, round_ratio_range
+from child_ab import alternate_rounds, child_times, define_prelude, medians_of, print_arms_table
 
 SHAPES = "[sh for sh in SHAPES if (sh.family == 'mla_decode' and sh.hq * sh.s_q > 16) or sh.d == 64]"
 
@@ -47,17 +47,7 @@ def main() -> int:
     if unknown:
         ap.error(f"--arms: unknown {unknown}; choose from {list(ARMS)[1:]}")
     per_round = alternate_rounds({a: (lambda a=a: child_times(SHAPES, prelude=ARMS[a])) for a in arms}, args.rounds)
-    medians = medians_of(per_round)
-    others = arms[1:]
-    print("| shape | " + " | ".join(f"{a} ms" for a in arms) + " | " + " | ".join(f"shipped / {a}" for a in others) + " |")
-    print("|---|" + "---|" * (len(arms) + len(others)))
-    spread = has_rounds(per_round)  # each ratio with its rounds' own range, as tree_ab prints it
-    for label, base in medians["shipped"].items():
-        times = [medians[a][label] for a in arms]
-        print(f"| {label} | " + " | ".join(f"{t:.4f}" for t in times) + " | "
-              + " | ".join(f"{base / medians[a][label]:.3f}"
-                           + (f" ({round_ratio_range(per_round, 'shipped', a, label)})" if spread else "")
-                           for a in others) + " |")
+    print_arms_table(medians_of(per_round), "shipped", per_round)  # each ratio with its rounds' range, as tree_ab
     return 0
 
 

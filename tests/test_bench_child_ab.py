@@ -162,6 +162,17 @@ def test_fp8_slot_parts_arms_define_what_the_slot_producer_reads(bench_tool, mon
     assert row == "| MLA h=64 | 1.0000 | 2.0000 | 1.0000 | 0.5000 | 0.5000 | 0.500 | 1.000 | 2.000 | 2.000 |"
 
 
+def test_arms_table_gives_each_ratio_with_its_rounds_range(bench_tool, capsys):
+    """child_ab.print_arms_table (l2_policy_ab, fp8_slot_parts_ab): every arm's median, then base / arm for the
+    others, each followed by the range of the rounds' own ratios once there are two rounds."""
+    child_ab = bench_tool("child_ab")
+    per_round = {"shipped": {"S": [1.0, 1.2]}, "x": {"S": [0.5, 1.2]}}
+    child_ab.print_arms_table(child_ab.medians_of(per_round), "shipped", per_round)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| shape | shipped ms | x ms | shipped / x |"
+    assert out[2] == "| S | 1.1000 | 0.8500 | 1.294 (1.000-2.000) |"
+
+
 def test_define_ab_times_both_builds_and_prints_the_titles(bench_tool, monkeypatch, capsys):
     """child_ab.define_ab: arm one without a prelude, arm two with the define's, alternating rounds, one table row
     per shape under the given titles with as-shipped / defined."""
