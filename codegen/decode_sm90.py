@@ -125,6 +125,12 @@ class Sm90DecodeConfig(DecodeConfig):
         "each QK) or 'slot' (schedule 'seesaw', per-tensor scales: fp8 columns land by TMA in the 16-bit slot "
         "they become and are converted in place by the producer warpgroup)")
 
+    fp8_slot_loads_ahead: bool = Field(
+        default=False, description="fp8_staging='slot', opt-in (not yet measured on the H200, so off): while a "
+        "sub-stage's producers wait for tile t's fp8 boxes to land, their first thread polls tile t + 1's slot "
+        "and issues its boxes the moment the math releases it, instead of after converting tile t (the two "
+        "otherwise run in series; bench/fp8_slot_loads_ahead_ab.py)")
+
     seesaw_b_first: bool = Field(
         default=False, description="schedule 'seesaw', 16-bit KV, opt-in (docs/seesaw-load-lead.md; correct on the "
         "H200 and measured 0.95-1.02x of the built-in order, so off): FlashMLA's pair order. Warpgroup 0 rescales P_A to warpgroup "
@@ -213,6 +219,10 @@ class Sm90DecodeConfig(DecodeConfig):
             if self.num_kv_stages != 2:
                 raise ValueError(f"{where}.num_kv_stages={self.num_kv_stages}: schedule 'seesaw' runs tiles in "
                                  "pairs over exactly 2 stages (Q and two 72 KB tiles fill shared memory)")
+        if self.fp8_slot_loads_ahead and not self.converts_in_slot:
+            raise ValueError(f"{where}.fp8_slot_loads_ahead=True: for fp8_staging='slot' (fp8 KV, schedule 'seesaw', "
+                             f"per-tensor scales; got kv_dtype={self.kv_dtype!r}, fp8_staging={self.fp8_staging!r}); "
+                             "remove it")
         if self.seesaw_b_first and (not self.seesaw or self.is_fp8):
             raise ValueError(f"{where}.seesaw_b_first=True: for schedule='seesaw' with 16-bit KV (got schedule="
                              f"{self.schedule!r}, kv_dtype={self.kv_dtype!r}); remove it")
@@ -244,7 +254,8 @@ class Sm90DecodeConfig(DecodeConfig):
                              "(wgmma's M)")
         others = {"fp8_staging": ("registers", self.fp8_staging), "merge_in_kernel": (False, self.merge_in_kernel),
                   "partials_16bit": (False, self.partials_16bit), "l2_prefetch_tiles": (0, self.l2_prefetch_tiles),
-                  "l2_evict_first": (False, self.l2_evict_first), "seesaw_b_first": (False, self.seesaw_b_first)}
+                  "l2_evict_first": (False, self.l2_evict_first), "seesaw_b_first": (False, self.seesaw_b_first),
+                  "fp8_slot_loads_ahead": (False, self.fp8_slot_loads_ahead)}
         for name, (allowed, got) in others.items():
             if got != allowed:
                 raise ValueError(f"{where}.{name}={got!r}: schedule 'keys_m' reads the fp8 tiles as they land and "
@@ -271,7 +282,8 @@ class Sm90DecodeConfig(DecodeConfig):
                              "keys (wgmma N of its QK product)")
         mla_only = {"schedule": ("lockstep", self.schedule), "qk_chains": (1, self.qk_chains),
                     "merge_in_kernel": (False, self.merge_in_kernel), "partials_16bit": (False, self.partials_16bit),
-                    "l2_prefetch_tiles": (0, self.l2_prefetch_tiles), "seesaw_b_first": (False, self.seesaw_b_first)}
+                    "l2_prefetch_tiles": (0, self.l2_prefetch_tiles), "seesaw_b_first": (False, self.seesaw_b_first),
+                    "fp8_slot_loads_ahead": (False, self.fp8_slot_loads_ahead)}
         for name, (allowed, got) in mla_only.items():
             if got != allowed:
                 raise ValueError(f"{where}.{name}={got!r}: the sm90 GQA kernel has one schedule and merges split "
@@ -618,7 +630,7 @@ class Sm90DecodeConfig(DecodeConfig):
         fields = [f"s{self.num_kv_stages}", f"wg{1 + MATH_WARPGROUPS}", f"qc{self.qk_chains}"]
         return (fields + (["seesaw"] if self.seesaw else []) + (["bf"] if self.seesaw_b_first else [])
                 + (["f8reg"] if self.converts_in_producer else [])
-                + (["f8slot"] if self.converts_in_slot else [])
+                + (["f8slot"] if self.converts_in_slot else []) + (["la"] if self.fp8_slot_loads_ahead else [])
                 + ([f"pf{self.l2_prefetch_tiles}"] if self.l2_prefetch_tiles else [])
                 + (["ef"] if self.l2_evict_first else [])
                 + (["po16"] if self.partials_16bit else []))

@@ -1,6 +1,6 @@
 """Calls run under compute-sanitizer by test_sanitizer_gpu.py (one process per case).
 
-    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_sm90|fp8_gqa_prescaled|fp8_mla_sm90_slot|fp8_mla_sm90_keys_m|poisoned_<family>|
+    python sanitize_case.py mla_decode|mla_decode_sm90[_lockstep|_seesaw]|gqa_decode|gqa_decode_tma|gqa_decode_sm90|fp8_gqa_tma|fp8_gqa_sm90|fp8_gqa_prescaled|fp8_mla_sm90_slot[_la]|fp8_mla_sm90_keys_m|poisoned_<family>|
                             poisoned_mla_decode_sm90|fp8_<per_tensor|block|fp8_ds_mla>|
                             selftest_<arrive|expect_tx>_<thread|warp>
 
@@ -221,16 +221,20 @@ def mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens, layout="per_tensor", 
     assert not bool(torch.isnan(out).any())
 
 
-def fp8_slot_case():
+def fp8_slot_case(loads_ahead=False):
     """Per-tensor fp8 MLA on the sm90 seesaw with fp8_staging='slot' (TMA of fp8 boxes into the 16-bit
-    slot, converted in place): 64 heads over 16-key pages with a split
+    slot, converted in place; `loads_ahead`: with fp8_slot_loads_ahead): 64 heads over 16-key pages with a split
     sequence, 128 heads over 64-key pages, s_q = 2 causal over 128-key pages (half-page tiles)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
     from kvforge.codegen.select import sm90_choice
 
     for hq, s_q, page_size, lens in ((64, 1, 16, [1500, 40, 1]), (128, 1, 64, [900, 3]), (32, 2, 128, [700, 5])):
         kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
         cfg = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging="slot")
         assert cfg.schedule == "seesaw"
+        if loads_ahead:
+            cfg = build(DecodeConfig, {**cfg.model_dump(mode="json"), "fp8_slot_loads_ahead": True})
         mla_per_tensor_fp8_call(cfg, hq, s_q, page_size, lens)
 
 
@@ -277,6 +281,8 @@ elif what == "fp8_gqa_prescaled":
     fp8_gqa_prescaled_case()
 elif what == "fp8_mla_sm90_slot":
     fp8_slot_case()
+elif what == "fp8_mla_sm90_slot_la":
+    fp8_slot_case(loads_ahead=True)
 elif what == "fp8_mla_sm90_keys_m":
     fp8_keys_m_case()
 elif what.startswith("fp8_"):

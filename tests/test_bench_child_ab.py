@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -207,3 +209,17 @@ def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(bench_tool, monkeypat
     else:
         raise AssertionError("read_ceiling.py ran with --l2-mib and --row-bytes")
     assert "--l2-mib measures one copy per slot; leave out --row-bytes" in capsys.readouterr().err
+
+
+def test_fp8_slot_loads_ahead_ab_pins_the_slot_kernel_with_and_without_loads_ahead(bench_tool):
+    """bench/fp8_slot_loads_ahead_ab.py's two fp8 arms: the slot kernel as the built-in choice builds it for each shape,
+    and the same config with fp8_slot_loads_ahead, nothing else changed (torch: the tool imports bench.py)."""
+    pytest.importorskip("torch", reason="bench/ tools import torch (CI installs its CPU build)")
+    tool = bench_tool("fp8_slot_loads_ahead_ab")
+    for sh in tool.SHAPES:
+        cfgs = tool.slot_configs(sh)
+        slot, ahead = cfgs["slot"], cfgs["ahead"]
+        assert slot.converts_in_slot and slot.seesaw and not slot.fp8_slot_loads_ahead, sh.label
+        assert ahead.fp8_slot_loads_ahead
+        assert {k for k, v in slot.model_dump().items() if ahead.model_dump()[k] != v} == {"fp8_slot_loads_ahead"}
+        assert sh.hq * sh.s_q >= 64, sh.label  # the rows per CTA the slot staging serves

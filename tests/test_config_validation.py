@@ -123,6 +123,10 @@ INVALID = [
                         fp8_staging="slot"),
      ["fp8_staging='slot'", "scale_mode='per_tensor'", "scale_mode='block'"]),
     (DecodeConfig, dict(SM90, schedule="seesaw", fp8_staging="slot"), ["fp8_staging='slot'", "fp8 KV only"]),
+    (DecodeConfig, dict(SM90, fp8_slot_loads_ahead=True), ["fp8_slot_loads_ahead=True", "fp8_staging='slot'",
+                                                           "kv_dtype='bf16'"]),
+    (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", fp8_slot_loads_ahead=True),
+     ["fp8_slot_loads_ahead=True", "fp8_staging='registers'"]),
     (DecodeConfig, dict(SM90, schedule="pingpong"), ["schedule", "'lockstep', 'seesaw' or 'keys_m'"]),
     # schedule 'keys_m': per-tensor, block-scaled (64 or 128 columns) or packed fp8, <= 16 query rows, an even ring of
     # 2 or 4, the other schedules' fields refused
@@ -147,6 +151,9 @@ INVALID = [
     (DecodeConfig, dict(SM90, heads_per_cta=16, schedule="keys_m", kv_dtype="fp8_e4m3", scale_mode="per_tensor",
                         merge_in_kernel=False, partials_16bit=False, fp8_staging="slot"),
      ["fp8_staging='slot'", "'keys_m'", "'registers'"]),
+    (DecodeConfig, dict(SM90, heads_per_cta=16, schedule="keys_m", kv_dtype="fp8_e4m3", scale_mode="per_tensor",
+                        merge_in_kernel=False, partials_16bit=False, fp8_slot_loads_ahead=True),
+     ["fp8_slot_loads_ahead=True", "'keys_m'", "False"]),
     (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="fp8_ds_mla", num_kv_stages=2, fp8_staging="fp8_ring"),
      ["num_kv_stages=2", "232448 B", "kv8_stages"]),
     (DecodeConfig, dict(SM90, kv_dtype="fp8_e4m3", scale_mode="per_tensor", num_kv_stages=1),

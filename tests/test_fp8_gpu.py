@@ -188,6 +188,33 @@ def test_mla_fp8_sm90_slot_with_l2_prefetch(heads, lens):
     _check("mla_decode", c, out, lse, causal=False)
 
 
+@pytest.mark.parametrize("heads,s_q,page_size,lens", [
+    (64, 1, 16, LENS_RAGGED),                       # ragged, lengths 0 and 1, tiles spanning 4 pages
+    (128, 1, 64, [0, 1, 333, 4100, 65]),            # two head blocks, one- and many-tile sequences
+    (32, 2, 128, [1, 130, 64, 5]),                  # causal s_q = 2, half-page boxes
+    (64, 1, 64, [9000]),                            # one long sequence: split
+])
+def test_mla_fp8_sm90_slot_loads_ahead(heads, s_q, page_size, lens):
+    """fp8_slot_loads_ahead: each sub-stage's first producer thread issues tile t + 1's boxes as soon as its slot
+    frees while tile t is landing, and the next iteration skips that tile's wait and loads (sm_90 only)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.select import sm90_choice
+    from kvforge.runtime.device import device_arch
+
+    if device_arch(0) != "sm_90":
+        pytest.skip(f"the sm90 backend runs on sm_90 devices; this one is {device_arch(0)}")
+    kv = {"kv_dtype": "fp8_e4m3", "scale_mode": "per_tensor", "scale_block_size": None}
+    base = sm90_choice("mla_decode", "bf16", page_size, s_q, kv, fp8_staging="slot")
+    cfg = build(DecodeConfig, {**base.model_dump(mode="json"), "fp8_slot_loads_ahead": True})
+    assert cfg.converts_in_slot and cfg.seesaw
+    c = make_fp8_case("mla_decode", "per_tensor", block=None, batch=len(lens), s_q=s_q, hq=heads, hkv=1, d=576,
+                      page_size=page_size, lens=lens, seed=heads + s_q + page_size + 11)
+    out, lse = _poisoned(c, "mla_decode")
+    _run("mla_decode", c, causal=s_q > 1, out=out, lse=lse, config=cfg)
+    _check("mla_decode", c, out, lse, causal=s_q > 1)
+
+
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
 @pytest.mark.parametrize("staging", ["registers", "slot"])
 @pytest.mark.parametrize("heads,s_q,lens", [(64, 1, LENS_RAGGED), (128, 1, [9000])])

@@ -44,7 +44,8 @@ def _sanitize(tool: str, what: str) -> str:
 @pytest.mark.parametrize("what", ["mla_decode", "mla_decode_sm90", "mla_decode_sm90_seesaw", "gqa_decode", "gqa_decode_tma", "gqa_decode_sm90",
                                   "poisoned_mla_decode",
                                   "poisoned_mla_decode_sm90", "poisoned_gqa_decode", "fp8_per_tensor", "fp8_block",
-                                  "fp8_fp8_ds_mla", "fp8_gqa_tma", "fp8_gqa_sm90", "fp8_gqa_prescaled", "fp8_mla_sm90_slot", "fp8_mla_sm90_keys_m",
+                                  "fp8_fp8_ds_mla", "fp8_gqa_tma", "fp8_gqa_sm90", "fp8_gqa_prescaled", "fp8_mla_sm90_slot", "fp8_mla_sm90_slot_la",
+                                  "fp8_mla_sm90_keys_m",
                                   "selftest_expect_tx_thread"])
 def test_compute_sanitizer_is_clean(tool, what):
     out = _sanitize(tool, what)

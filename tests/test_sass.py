@@ -281,6 +281,33 @@ def test_seesaw_b_first_keeps_the_wgmma_pipeline_without_local_memory(tmp_path):
 
 @needs_nvrtc
 @needs_cuobjdump
+@pytest.mark.parametrize("variant", [v for v in ALL_SM90 if v.config.converts_in_slot], ids=lambda v: v.name)
+def test_fp8_slot_loads_ahead_keeps_the_math_and_issues_from_a_second_site(variant, tmp_path):
+    """fp8_slot_loads_ahead (opt-in): the producers' poll adds a second site issuing a tile's TMA boxes (tile t + 1's,
+    while tile t lands) beside the blocking one, and nothing else changes: the math's wgmmas and waits, no local
+    memory among the wgmmas, the spill bound of the fp8 kernels (the producers' few words either way)."""
+    from kvforge.codegen.decode import DecodeConfig
+    from kvforge.codegen.errors import build
+    from kvforge.codegen.variant import Variant
+    from kvforge.runtime import compile
+
+    ahead = Variant(build(DecodeConfig, {**variant.config.model_dump(mode="json"), "fp8_slot_loads_ahead": True}))
+    assert "_f8slot_la_" in ahead.name and "_la_" not in variant.name
+    on_k, off_k = compile(ahead), compile(variant)
+    assert not [ln for ln in on_k.log.splitlines() if "serialized" in ln or "C7517" in ln or "C7518" in ln]
+    on_s, off_s = sass_functions(on_k.cubin, tmp_path)[ahead.name], sass_functions(off_k.cubin, tmp_path)[variant.name]
+    for op in (r"\bHGMMA\b", r"WARPGROUP\.DEPBAR"):
+        assert len(re.findall(op, on_s)) == len(re.findall(op, off_s)), op
+    assert len(re.findall(r"\bUTMALDG\b", on_s)) == 2 * len(re.findall(r"\bUTMALDG\b", off_s))
+    lines = on_s.splitlines()
+    gmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    assert not [ln for ln in lines[gmma[0]:gmma[-1]] if re.search(r"\b(?:LDL|STL)\b", ln)], "local memory among the wgmmas"
+    res = on_k.resources
+    assert res.spill_store_bytes <= 48 and res.spill_load_bytes <= 48, res
+
+
+@needs_nvrtc
+@needs_cuobjdump
 def test_sm80_kernels_trigger_the_combine_after_their_loop_and_sm90_kernels_by_exiting(tmp_path):
     """PDL triggers as measured (bench/pdl_ab.py): the sm80 backend's main kernels trigger their combine once
     every tile is consumed (PREEXIT in SASS), the sm90 kernels carry no trigger (so the per-variant test's

@@ -74,23 +74,34 @@ struct MBarrier {
     return done != 0;
   }
 
-  // Waits until the phase with parity `phase` of `bar` has completed.
-  static __device__ __forceinline__ void wait(u64* bar, u32 phase, const char* what, int slot) {
+  // The debug build's bound on a wait begun at `start` (debug_start()): past it, print the barrier, slot and
+  // phase, then trap. Both are no-ops in other builds.
+  static __device__ __forceinline__ u64 debug_start() {
 #ifdef KVFORGE_DEBUG_BARRIERS
-    const u64 start = clock64();
-    while (!test_parity(bar, phase)) {
-      if (clock64() - start > KVFORGE_BARRIER_TIMEOUT_CYCLES) {
-        printf("kvforge: %s barrier of slot %d timed out at phase %u (block %d, thread %d)\n", what, slot,
-               phase, blockIdx.x, threadIdx.x);
-        __trap();
-      }
+    return clock64();
+#else
+    return 0;
+#endif
+  }
+  static __device__ __forceinline__ void trap_if_timed_out(u64 start, const char* what, int slot, u32 phase) {
+#ifdef KVFORGE_DEBUG_BARRIERS
+    if (clock64() - start > KVFORGE_BARRIER_TIMEOUT_CYCLES) {
+      printf("kvforge: %s barrier of slot %d timed out at phase %u (block %d, thread %d)\n", what, slot, phase,
+             blockIdx.x, threadIdx.x);
+      __trap();
     }
 #else
+    (void)start;
     (void)what;
     (void)slot;
-    while (!test_parity(bar, phase)) {
-    }
+    (void)phase;
 #endif
+  }
+
+  // Waits until the phase with parity `phase` of `bar` has completed.
+  static __device__ __forceinline__ void wait(u64* bar, u32 phase, const char* what, int slot) {
+    const u64 start = debug_start();
+    while (!test_parity(bar, phase)) trap_if_timed_out(start, what, slot, phase);
   }
 };
 
@@ -155,6 +166,10 @@ struct PipelineProducer {
   // Waits until the consumers have released this sub-stage's slot.
   __device__ __forceinline__ void producer_acquire(int sub = 0) const {
     MBarrier::wait(ring.empty(slot(sub)), state.phase, "empty", slot(sub));
+  }
+  // Whether the consumers have released this sub-stage's slot (producer_acquire without the wait).
+  __device__ __forceinline__ bool producer_try_acquire(int sub = 0) const {
+    return MBarrier::test_parity(ring.empty(slot(sub)), state.phase);
   }
   // Plain fill: the calling warp's stores are done; its elected lane arrives once.
   __device__ __forceinline__ void producer_commit(int sub = 0) const {
