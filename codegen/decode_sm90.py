@@ -129,7 +129,7 @@ class Sm90DecodeConfig(DecodeConfig):
         default=False, description="fp8_staging='slot', opt-in (not yet measured on the H200, so off): while a "
         "sub-stage's producers wait for tile t's fp8 boxes to land, their first thread polls tile t + 1's slot "
         "and issues its boxes the moment the math releases it, instead of after converting tile t (the two "
-        "otherwise run in series; bench/fp8_slot_loads_ahead_ab.py)")
+        "otherwise run in series; bench/fp8_staging_ab.py's 'slot_ahead')")
 
     seesaw_b_first: bool = Field(
         default=False, description="schedule 'seesaw', 16-bit KV, opt-in (docs/seesaw-load-lead.md; correct on the "

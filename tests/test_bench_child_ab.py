@@ -211,15 +211,22 @@ def test_read_ceiling_refuses_an_l2_buffer_with_row_copies(bench_tool, monkeypat
     assert "--l2-mib measures one copy per slot; leave out --row-bytes" in capsys.readouterr().err
 
 
-def test_fp8_slot_loads_ahead_ab_pins_the_slot_kernel_with_and_without_loads_ahead(bench_tool):
-    """bench/fp8_slot_loads_ahead_ab.py's two fp8 arms: the slot kernel as the built-in choice builds it for each shape,
-    and the same config with fp8_slot_loads_ahead, nothing else changed (torch: the tool imports bench.py)."""
+def test_fp8_staging_ab_slot_ahead_is_the_slot_config_with_loads_ahead(bench_tool, monkeypatch, capsys):
+    """bench/fp8_staging_ab.py's 'slot_ahead' staging: the slot config as the built-in choice builds it per shape with
+    fp8_slot_loads_ahead set and nothing else changed; slot stagings only for per-tensor layouts; an unknown
+    --stagings entry is a clear error naming the choices (torch: the tool imports bench.py)."""
     pytest.importorskip("torch", reason="bench/ tools import torch (CI installs its CPU build)")
-    tool = bench_tool("fp8_slot_loads_ahead_ab")
+    tool = bench_tool("fp8_staging_ab")
     for sh in tool.SHAPES:
-        cfgs = tool.slot_configs(sh)
-        slot, ahead = cfgs["slot"], cfgs["ahead"]
+        slot = tool.staging_config(sh, "per_tensor", None, "slot")
+        ahead = tool.staging_config(sh, "per_tensor", None, "slot_ahead")
         assert slot.converts_in_slot and slot.seesaw and not slot.fp8_slot_loads_ahead, sh.label
         assert ahead.fp8_slot_loads_ahead
         assert {k for k, v in slot.model_dump().items() if ahead.model_dump()[k] != v} == {"fp8_slot_loads_ahead"}
-        assert sh.hq * sh.s_q >= 64, sh.label  # the rows per CTA the slot staging serves
+    assert tool.stagings("per_tensor", ("slot", "slot_ahead")) == ("slot", "slot_ahead")
+    assert tool.stagings("block128") == ("fp8_ring", "registers")
+    monkeypatch.setattr(sys, "argv", ["fp8_staging_ab.py", "--stagings", "slot,slot_later"])
+    with pytest.raises(SystemExit):
+        tool.main()
+    err = capsys.readouterr().err
+    assert "--stagings: unknown ['slot_later']" in err and "'slot_ahead'" in err

@@ -488,7 +488,7 @@ __device__ __forceinline__ void producer_sub(const Ring& ring, unsigned char* sm
             kvforge::MBarrier::trap_if_timed_out(start, "landed", pipe.slot(kSub), pipe.state.phase ^ 1u);
           }
         }
-      } else {
+      } else {  // kept apart from the branch above: written as its `nt == t` case, ptxas spills 44 B, not 28
         const TileBoxes tb = tile_boxes(bt_row, w, t);  // looked up before the wait for its slot
         pipe.producer_acquire(kSub);
         issue_sub<Sub, kSub>(pipe, smem, kv_map, bt_row, w, t, tb);
